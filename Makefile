@@ -1,0 +1,100 @@
+# gpuivf — PGXS build.
+#
+# The PostgreSQL-facing code (src/pg, C++17 without exceptions) is built by
+# PGXS; the engine parts that include no PostgreSQL header (src/core, and
+# cuda/ when nvcc is present) are built by CMake into static PIC libraries
+# under build/ and linked into gpuivf.so.
+
+EXTENSION   = gpuivf
+EXTVERSION  = 0.1.0
+MODULE_big  = gpuivf
+DATA        = sql/gpuivf--$(EXTVERSION).sql
+PGFILEDESC  = "gpuivf - IVF-PQ vector index with a GPU engine"
+
+OBJS = $(patsubst %.cpp,%.o,$(sort $(wildcard src/pg/*.cpp)))
+
+# pg_regress: sql/<name>.sql against expected/<name>.out, in name order.
+# Every test starts with CREATE EXTENSION IF NOT EXISTS, so a test runs alone
+# and REGRESS_OPTS can be given on the command line, e.g.
+#   make installcheck REGRESS_OPTS="--host=/tmp --port=5492 --user=postgres"
+#   make installcheck REGRESS="exact vacuum"
+REGRESS      = $(sort $(filter-out gpuivf--%,$(basename $(notdir $(wildcard sql/*.sql)))))
+
+# TAP tests (PostgreSQL::Test::Cluster) under test/t; they need a writable
+# source tree (tmp_check/) and a non-root user (initdb refuses root):
+#   make installcheck REGRESS= PROVE_TESTS=test/t/001_wal.pl
+#   make installcheck-tap [PROVE_TESTS=...]
+ifneq ($(wildcard test/t/*.pl),)
+TAP_TESTS   = 1
+PROVE_TESTS ?= $(sort $(wildcard test/t/*.pl))
+endif
+
+BUILD_DIR  ?= build
+CMAKE      ?= cmake
+CORE_LIB    = $(BUILD_DIR)/libgpuivf_core.a
+
+PG_CPPFLAGS = -I$(srcdir)/src/core
+PG_CXXFLAGS = -std=c++17 -fno-exceptions -fno-rtti -Wno-missing-field-initializers -Wno-register
+# Single-threaded OpenBLAS when Debian's serial flavour is installed (see
+# src/core/CMakeLists.txt for why), found at run time through the rpath.
+OPENBLAS_SERIAL_DIR = /usr/lib/x86_64-linux-gnu/openblas-serial
+ifneq ($(wildcard $(OPENBLAS_SERIAL_DIR)/libopenblas.so),)
+SHLIB_LINK += $(CORE_LIB) -L$(OPENBLAS_SERIAL_DIR) -Wl,-rpath,$(OPENBLAS_SERIAL_DIR) -lopenblas -lstdc++ -lm
+else
+SHLIB_LINK += $(CORE_LIB) -lopenblas -lstdc++ -lm
+endif
+
+# Debian's PostgreSQL is built with LLVM JIT; bitcode for a C++ extension
+# would need clang, which a fresh machine lacks and the JIT would not use.
+override with_llvm = no
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+# after PGXS, which resets PROVE_FLAGS; override keeps it with PROVE_FLAGS=...
+# given on the command line (e.g. --verbose)
+override PROVE_FLAGS += -I ./test/perl
+
+# The engine libraries are rebuilt by CMake whenever make runs (CMake itself
+# decides what is out of date).
+.PHONY: engine
+engine:
+	$(CMAKE) -S $(srcdir) -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	$(CMAKE) --build $(BUILD_DIR) --target gpuivf_core $(if $(findstring -j,$(MAKEFLAGS)),,-j2)
+
+$(CORE_LIB): engine
+$(shlib): $(CORE_LIB)
+$(OBJS): | engine
+# PGXS tracks no header dependencies without --enable-depend
+$(OBJS): $(srcdir)/src/pg/gpuivf.h $(srcdir)/src/core/gpuivf_core.h
+
+# PostgreSQL's headers have no extern "C" guards; src/pg/gpuivf.h includes
+# them inside one extern "C" block.  A PostgreSQL header included anywhere
+# else declares PostgreSQL functions with C++ linkage, and gpuivf.so would
+# then fail to load ("undefined symbol: _Z...").  Catch that at build time:
+# the only mangled names gpuivf.so may import are versioned libstdc++ ones.
+all: check-c-linkage
+.PHONY: check-c-linkage
+check-c-linkage: $(shlib)
+	@bad=$$(nm -D --undefined-only $(shlib) | awk '$$2 ~ /^_Z/ && $$2 !~ /@/ {print $$2}'); \
+	if [ -n "$$bad" ]; then \
+	  echo "$(shlib) imports PostgreSQL functions with C++ linkage; include every PostgreSQL header through src/pg/gpuivf.h:"; \
+	  echo "$$bad" | c++filt | head -20; \
+	  rm -f $(shlib); exit 1; \
+	fi
+
+# Only the TAP tests (pg_regress needs a running server, TAP tests start
+# their own clusters).
+.PHONY: installcheck-tap
+installcheck-tap:
+ifdef TAP_TESTS
+	$(prove_installcheck)
+else
+	@echo "no TAP tests under test/t"
+endif
+
+clean: clean-engine
+.PHONY: clean-engine
+clean-engine:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,33 @@
+/*
+ * bucket.cuh — defines the launchers of one k-bucket.  Each select_kW.cu
+ * includes this and expands GPUIVF_DEFINE_BUCKET(W) once: the two
+ * WarpSelect kernels are instantiated exactly once per bucket, in their own
+ * translation unit (a short, parallel build).
+ */
+#ifndef GPUIVF_CUDA_BUCKET_CUH
+#define GPUIVF_CUDA_BUCKET_CUH
+
+#include "ivfpq_scan.cuh"
+#include "select_rows.cuh"
+
+#define GPUIVF_DEFINE_BUCKET(W)                                                                          \
+    namespace gpuivf_cuda {                                                                              \
+    void launch_select_rows_w##W(const SelectRowsArgs &a, int splits, cudaStream_t stream) {             \
+        constexpr int kT = ThreadQueueLength<W>::value;                                                  \
+        const dim3 grid(static_cast<unsigned>(a.rows), static_cast<unsigned>(splits));                  \
+        select_rows_kernel<W, kT, kSelectRowsThreads><<<grid, kSelectRowsThreads, 0, stream>>>(a);       \
+        GPUIVF_CUDA_CHECK_LAUNCH();                                                                      \
+    }                                                                                                    \
+    void launch_ivfpq_scan_w##W(const IvfPqScanArgs &a, size_t smem_bytes, cudaStream_t stream) {       \
+        constexpr int kT = ThreadQueueLength<W>::value;                                                  \
+        auto kernel = ivfpq_scan_kernel<W, kT, kScanThreads>;                                            \
+        if (smem_bytes > 48 * 1024)                                                                      \
+            GPUIVF_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,    \
+                                                 static_cast<int>(smem_bytes)));                         \
+        const dim3 grid(static_cast<unsigned>(a.splits), static_cast<unsigned>(a.nq));                  \
+        kernel<<<grid, kScanThreads, smem_bytes, stream>>>(a);                                           \
+        GPUIVF_CUDA_CHECK_LAUNCH();                                                                      \
+    }                                                                                                    \
+    }
+
+#endif /* GPUIVF_CUDA_BUCKET_CUH */

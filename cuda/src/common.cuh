@@ -1,0 +1,232 @@
+/*
+ * common.cuh — what every file of the GPU engine shares: the error type that
+ * the C API turns into a status, CUDA/cuBLAS checking macros, the packed
+ * (score, index) selection key, and device versions of src/core's arithmetic
+ * with the same summation order (so the GPU can reproduce the CPU's bits).
+ */
+#ifndef GPUIVF_CUDA_COMMON_CUH
+#define GPUIVF_CUDA_COMMON_CUH
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <exception>
+
+#include "gpuivf_cuda.h"
+
+namespace gpuivf_cuda {
+
+/* ------------------------------------------------------------- errors */
+
+/* Thrown inside the engine, caught by every C API function (api.cu). */
+class Error : public std::exception {
+public:
+    Error(int32_t code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+    const char *what() const noexcept override { return message_; }
+    int32_t code() const noexcept { return code_; }
+
+private:
+    int32_t code_;
+    char message_[256];
+};
+
+[[noreturn]] void throw_cuda_error(cudaError_t err, const char *what, const char *file, int line);
+[[noreturn]] void throw_cublas_error(cublasStatus_t err, const char *what, const char *file, int line);
+
+#define GPUIVF_CUDA_TRY(expr)                                                              \
+    do {                                                                                   \
+        cudaError_t gpuivf_err_ = (expr);                                                  \
+        if (gpuivf_err_ != cudaSuccess)                                                    \
+            ::gpuivf_cuda::throw_cuda_error(gpuivf_err_, #expr, __FILE__, __LINE__);       \
+    } while (0)
+/* After every kernel launch: launch-configuration errors surface here. */
+#define GPUIVF_CUDA_CHECK_LAUNCH() GPUIVF_CUDA_TRY(cudaGetLastError())
+#define GPUIVF_CUBLAS_TRY(expr)                                                            \
+    do {                                                                                   \
+        cublasStatus_t gpuivf_err_ = (expr);                                               \
+        if (gpuivf_err_ != CUBLAS_STATUS_SUCCESS)                                          \
+            ::gpuivf_cuda::throw_cublas_error(gpuivf_err_, #expr, __FILE__, __LINE__);     \
+    } while (0)
+
+#define GPUIVF_REQUIRE(cond, ...)                                                          \
+    do {                                                                                   \
+        if (!(cond)) throw ::gpuivf_cuda::Error(GPUIVF_CUDA_INVALID_ARGUMENT, __VA_ARGS__); \
+    } while (0)
+
+/* ------------------------------------------------------------ helpers */
+
+constexpr int kMaxK = GPUIVF_CUDA_MAX_K;
+constexpr int kMaxDims = GPUIVF_CUDA_MAX_DIMS;
+
+__host__ __device__ constexpr inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+__host__ __device__ constexpr inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+/* The k-bucket (warp queue length) serving k: 32, 64, ..., 1024. */
+inline int select_bucket(int k) {
+    int w = 32;
+    while (w < k) w *= 2;
+    return w;
+}
+
+enum class Metric : int32_t { L2 = 1, InnerProduct = 2, Cosine = 3 };
+
+/* ------------------------------------------------- packed selection key */
+
+/*
+ * Every k-selection in the engine works on one 64-bit unsigned key per
+ * candidate: the score mapped to an order-preserving 32-bit pattern in the
+ * high half, the candidate's 32-bit index (column, CSR position) in the low
+ * half.  This pays in the sorting networks, which are the hot part of
+ * WarpSelect's merges: a compare-exchange is one 64-bit compare and two
+ * selects, there is no separate tie-break on the index (the low half does
+ * it), and a (value, index) pair moves through a warp shuffle as one 64-bit
+ * register pair instead of a float plus an index.  The filtering fast path
+ * still compares plain floats (the key is only built for candidates that
+ * survive the running k-th), so packing costs nothing where bandwidth is
+ * spent.  Order: smaller score first, NaN after every number, then smaller
+ * index; -0 and +0 are the same score.
+ */
+using Key = unsigned long long;
+constexpr Key kSentinelKey = ~0ull;          /* "no candidate": after everything */
+constexpr uint32_t kNoIndex = 0xFFFFFFFFu;   /* never a real index */
+
+__host__ __device__ __forceinline__ uint32_t float_to_ordered(float f) {
+#ifdef __CUDA_ARCH__
+    uint32_t u = __float_as_uint(f);
+#else
+    uint32_t u;
+    __builtin_memcpy(&u, &f, 4);
+#endif
+    if (f != f) return 0xFFFFFFFFu;          /* every NaN: worst score */
+    if (f == 0.0f) u = 0;                    /* -0 == +0 */
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__host__ __device__ __forceinline__ float ordered_to_float(uint32_t o) {
+    uint32_t u = (o & 0x80000000u) ? (o & 0x7FFFFFFFu) : ~o;
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    __builtin_memcpy(&f, &u, 4);
+    return f;
+#endif
+}
+
+__host__ __device__ __forceinline__ Key make_key(float score, uint32_t index) {
+    return (static_cast<Key>(float_to_ordered(score)) << 32) | index;
+}
+__host__ __device__ __forceinline__ float key_score(Key k) { return ordered_to_float(static_cast<uint32_t>(k >> 32)); }
+__host__ __device__ __forceinline__ uint32_t key_index(Key k) { return static_cast<uint32_t>(k); }
+
+/* -------------------------------------- src/core's arithmetic, on the GPU */
+
+/*
+ * src/core accumulates a distance in 16 float lanes (element i in lane
+ * i % 16, in increasing i), then sums the lanes pairwise (width 8, 4, 2, 1),
+ * compiled without FMA contraction.  These device functions do the same with
+ * explicitly rounded operations (__fmul_rn / __fadd_rn are never contracted),
+ * so the GPU gets the CPU's bits: exact re-ranking then orders candidates
+ * exactly as the CPU index scan and a sequential scan do.
+ */
+constexpr int kCoreLanes = 16;
+
+/* One thread, whole vectors (short ones: PQ sub-vectors, dsub <= 16 mostly). */
+__device__ __forceinline__ float core_l2_squared_serial(const float *a, const float *b, int d) {
+    float acc[kCoreLanes];
+#pragma unroll
+    for (int l = 0; l < kCoreLanes; l++) acc[l] = 0.0f;
+    int i = 0;
+    for (; i + kCoreLanes <= d; i += kCoreLanes) {
+#pragma unroll
+        for (int l = 0; l < kCoreLanes; l++) {
+            float diff = __fsub_rn(a[i + l], b[i + l]);
+            acc[l] = __fadd_rn(acc[l], __fmul_rn(diff, diff));
+        }
+    }
+#pragma unroll
+    for (int l = 0; l < kCoreLanes; l++) {
+        if (i + l < d) {
+            float diff = __fsub_rn(a[i + l], b[i + l]);
+            acc[l] = __fadd_rn(acc[l], __fmul_rn(diff, diff));
+        }
+    }
+#pragma unroll
+    for (int w = kCoreLanes / 2; w > 0; w /= 2)
+#pragma unroll
+        for (int l = 0; l < w; l++) acc[l] = __fadd_rn(acc[l], acc[l + w]);
+    return acc[0];
+}
+
+__device__ __forceinline__ float core_inner_product_serial(const float *a, const float *b, int d) {
+    float acc[kCoreLanes];
+#pragma unroll
+    for (int l = 0; l < kCoreLanes; l++) acc[l] = 0.0f;
+    int i = 0;
+    for (; i + kCoreLanes <= d; i += kCoreLanes) {
+#pragma unroll
+        for (int l = 0; l < kCoreLanes; l++) acc[l] = __fadd_rn(acc[l], __fmul_rn(a[i + l], b[i + l]));
+    }
+#pragma unroll
+    for (int l = 0; l < kCoreLanes; l++)
+        if (i + l < d) acc[l] = __fadd_rn(acc[l], __fmul_rn(a[i + l], b[i + l]));
+#pragma unroll
+    for (int w = kCoreLanes / 2; w > 0; w /= 2)
+#pragma unroll
+        for (int l = 0; l < w; l++) acc[l] = __fadd_rn(acc[l], acc[l + w]);
+    return acc[0];
+}
+
+/*
+ * Half-warp versions for long vectors: lane l (0..15 of its half) holds the
+ * CPU's accumulator l, and the pairwise lane sum is done with shuffles inside
+ * the half.  All 32 lanes must call (each half works on its own vectors);
+ * the result is valid in lane 0 of each half (lane & 15 == 0).
+ */
+__device__ __forceinline__ float core_lane_sum(float acc) {
+#pragma unroll
+    for (int w = kCoreLanes / 2; w > 0; w /= 2) {
+        float other = __shfl_down_sync(0xffffffffu, acc, w, kCoreLanes);
+        acc = __fadd_rn(acc, other);
+    }
+    return acc;
+}
+
+/* Lane l's partial sums of |a-b|^2 over elements l, l+16, ... */
+__device__ __forceinline__ float core_l2_partial(const float *a, const float *b, int d, int l) {
+    float acc = 0.0f;
+    for (int i = l; i < d; i += kCoreLanes) {
+        float diff = __fsub_rn(a[i], b[i]);
+        acc = __fadd_rn(acc, __fmul_rn(diff, diff));
+    }
+    return acc;
+}
+__device__ __forceinline__ float core_dot_partial(const float *a, const float *b, int d, int l) {
+    float acc = 0.0f;
+    for (int i = l; i < d; i += kCoreLanes) acc = __fadd_rn(acc, __fmul_rn(a[i], b[i]));
+    return acc;
+}
+
+/* The SQL distances of src/core (distance.cpp) from core-order float sums. */
+__device__ __forceinline__ double core_cosine_distance(float dot, float na, float nb) {
+    if (!(na > 0.0f) || !(nb > 0.0f)) return __longlong_as_double(0x7ff8000000000000ll);
+    double sim = static_cast<double>(dot) / sqrt(static_cast<double>(na) * static_cast<double>(nb));
+    if (sim > 1.0) sim = 1.0;
+    if (sim < -1.0) sim = -1.0;
+    return 1.0 - sim;
+}
+
+/* gpuivf::ivfpq_score_to_distance */
+__host__ __device__ __forceinline__ double score_to_distance(Metric m, float score) {
+    switch (m) {
+        case Metric::L2: return sqrt(static_cast<double>(score < 0.0f ? 0.0f : score)); /* std::max(score, 0) */
+        case Metric::InnerProduct: return static_cast<double>(score);
+        case Metric::Cosine: return static_cast<double>(score) / 2.0;
+    }
+    return 0.0;
+}
+
+}  // namespace gpuivf_cuda
+
+#endif /* GPUIVF_CUDA_COMMON_CUH */

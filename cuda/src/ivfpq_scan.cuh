@@ -1,0 +1,204 @@
+/*
+ * ivfpq_scan.cuh — the IVF-PQ list scan: one block per (query, share of its
+ * probes), look-up table in shared memory, ADC score per code, selection
+ * fused in (compute, then filter against the running k-th: most codes never
+ * leave the registers).
+ *
+ * Look-up tables.  With the term decomposition of Jégou et al. the squared
+ * distance of query q to entry x = c + r (list centroid c, decoded residual
+ * r) is
+ *     |q - c - r|^2 = |q - c|^2  +  (|r|^2 + 2 <c, r>)  -  2 <q, r>
+ *                     coarse       per entry, stored     query table
+ * The first term comes out of the coarse quantizer, the second does not
+ * depend on the query and is summed over the sub-quantizers once, when the
+ * entry is added (4 bytes per entry instead of the paper's nlist x m x ksub
+ * table), and the third is a table of the query alone: one table per query
+ * serves every list it probes, so the block builds it once and then only
+ * streams codes.  For inner product the table is list independent anyway
+ * (-<q_j, codeword>, bias -<q, c>).  In per-list mode the block rebuilds the
+ * CPU's residual table |(q - c)_j - codeword|^2 for every list with the
+ * CPU's arithmetic, so scores are bit-identical to src/core.
+ *
+ * Summation order of the ADC sum follows src/core (adc.cpp): four running
+ * sums over j mod 4 for 8-bit codes (tail into the first), two (even/odd j)
+ * for 4-bit codes.
+ *
+ * Codes are stored interleaved by 32 entries: 16-byte chunk c of entry p is
+ * at ((p / 32) * chunks + c) * 32 + p % 32 (in uint4 units), so the 32 lanes
+ * of a warp reading chunk c of 32 consecutive entries read 512 contiguous
+ * bytes.
+ */
+#ifndef GPUIVF_CUDA_IVFPQ_SCAN_CUH
+#define GPUIVF_CUDA_IVFPQ_SCAN_CUH
+
+#include "select.h"
+#include "warp_select.cuh"
+
+namespace gpuivf_cuda {
+
+/* ADC sum of one 8-bit code (chunks of 16 sub-quantizers). */
+__device__ __forceinline__ float adc_sum_8bit(const uint4 *cp, const float *lut, int chunks, int m) {
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+    const int m4 = m & ~3;
+    for (int c = 0; c < chunks; ++c) {
+        const uint4 w = __ldg(cp + c * 32);
+        const float *lc = lut + c * (16 * 256);
+        const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+        if ((c + 1) * 16 <= m4) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const uint32_t x = words[q];
+                s0 += lc[(4 * q + 0) * 256 + (x & 0xffu)];
+                s1 += lc[(4 * q + 1) * 256 + ((x >> 8) & 0xffu)];
+                s2 += lc[(4 * q + 2) * 256 + ((x >> 16) & 0xffu)];
+                s3 += lc[(4 * q + 3) * 256 + (x >> 24)];
+            }
+        } else {
+            /* The last chunk: sub-quantizers from m4 on go to s0, as on the CPU. */
+#pragma unroll
+            for (int b = 0; b < 16; ++b) {
+                const int j = c * 16 + b;
+                if (j < m) {
+                    const float v = lc[b * 256 + ((words[b >> 2] >> (8 * (b & 3))) & 0xffu)];
+                    if (j >= m4 || (b & 3) == 0)
+                        s0 += v;
+                    else if ((b & 3) == 1)
+                        s1 += v;
+                    else if ((b & 3) == 2)
+                        s2 += v;
+                    else
+                        s3 += v;
+                }
+            }
+        }
+    }
+    return (s0 + s1) + (s2 + s3);
+}
+
+/* ADC sum of one 4-bit code (chunks of 32 sub-quantizers, two per byte). */
+__device__ __forceinline__ float adc_sum_4bit(const uint4 *cp, const float *lut, int chunks, int m) {
+    float s0 = 0.0f, s1 = 0.0f;
+    for (int c = 0; c < chunks; ++c) {
+        const uint4 w = __ldg(cp + c * 32);
+        const float *lc = lut + c * (32 * 16);
+        const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+        const bool full = (c + 1) * 32 <= m;
+#pragma unroll
+        for (int b = 0; b < 16; ++b) {
+            const uint32_t byte = (words[b >> 2] >> (8 * (b & 3))) & 0xffu;
+            const int j0 = c * 32 + 2 * b;
+            if (full || j0 < m) s0 += lc[(2 * b) * 16 + (byte & 15u)];
+            if (full || j0 + 1 < m) s1 += lc[(2 * b + 1) * 16 + (byte >> 4)];
+        }
+    }
+    return s0 + s1;
+}
+
+/* The query's table (list independent): -2 <q_j, cw> for L2/cosine (fast
+ * arithmetic: the decomposed scores are not the CPU's bits anyway), or the
+ * CPU's -inner_product(q_j, cw) for inner product. */
+__device__ __forceinline__ void build_query_lut(const IvfPqScanArgs &a, const float *qs, float *lut, bool ip) {
+    const int total = a.m * a.ksub;
+    for (int i = threadIdx.x; i < total; i += blockDim.x) {
+        const int j = i / a.ksub;
+        const float *qj = qs + j * a.dsub;
+        const float *cw = a.codebook + static_cast<int64_t>(i) * a.dsub;
+        if (ip) {
+            lut[i] = -core_inner_product_serial(qj, cw, a.dsub);
+        } else {
+            float acc = 0.0f;
+            for (int t = 0; t < a.dsub; ++t) acc = fmaf(qj[t], __ldg(cw + t), acc);
+            lut[i] = -2.0f * acc;
+        }
+    }
+}
+
+template <int W, int T, int kThreads>
+__global__ void __launch_bounds__(kThreads) ivfpq_scan_kernel(const IvfPqScanArgs a) {
+    constexpr int kWarps = kThreads / 32;
+    extern __shared__ __align__(16) unsigned char scan_smem[];
+    __shared__ Key block_threshold;
+
+    float *lut = reinterpret_cast<float *>(scan_smem);
+    const int lut_floats = a.m_pad * a.ksub;
+    float *qs = lut + lut_floats;  /* the query */
+    float *rs = qs + a.d;          /* residual q - c (per-list tables) */
+
+    const int q = blockIdx.y;
+    const int split = blockIdx.x;
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    int k = a.query_k ? a.query_k[q] : a.k;
+    k = k < 1 ? 1 : (k > W ? W : k);
+    const int nprobe = a.query_nprobe ? min(a.query_nprobe[q], a.nprobe) : a.nprobe;
+    const int p0 = split * a.probes_per_split;
+    const int p1 = min(nprobe, p0 + a.probes_per_split);
+    const bool ip = a.metric == static_cast<int>(Metric::InnerProduct);
+    const bool list_lut = a.per_list_lut != 0 && !ip;
+    const float *term2 = (!ip && !list_lut) ? a.term2 : nullptr;
+
+    for (int t = threadIdx.x; t < a.d; t += kThreads) qs[t] = a.queries[static_cast<int64_t>(q) * a.d + t];
+    /* Padding sub-quantizers (code bytes that are always 0) score 0. */
+    for (int i = a.m * a.ksub + threadIdx.x; i < lut_floats; i += kThreads) lut[i] = 0.0f;
+    if (threadIdx.x == 0) block_threshold = kSentinelKey;
+    __syncthreads();
+    if (!list_lut && p0 < p1) build_query_lut(a, qs, lut, ip);
+    __syncthreads();
+
+    WarpSelect<W, T> ws;
+    ws.init(k, &block_threshold);
+
+    for (int p = p0; p < p1; ++p) {
+        const int list = a.probe_lists[static_cast<int64_t>(q) * a.probe_ld + p];
+        if (list < 0) continue;
+        float bias = a.probe_bias[static_cast<int64_t>(q) * a.probe_ld + p];
+        if (list_lut) {
+            /* The CPU's table for this list: |r_j - cw|^2 with r = q - c. */
+            __syncthreads();
+            const float *c = a.centroids + static_cast<int64_t>(list) * a.d;
+            for (int t = threadIdx.x; t < a.d; t += kThreads) rs[t] = __fsub_rn(qs[t], c[t]);
+            __syncthreads();
+            const int total = a.m * a.ksub;
+            for (int i = threadIdx.x; i < total; i += kThreads) {
+                const int j = i / a.ksub;
+                lut[i] = core_l2_squared_serial(rs + j * a.dsub, a.codebook + static_cast<int64_t>(i) * a.dsub, a.dsub);
+            }
+            __syncthreads();
+            bias = 0.0f;
+        }
+        const uint32_t off = a.list_offset[list];
+        const int len = a.list_size[list];
+        for (int b = 0; b < len; b += kThreads) {
+            const int i = b + threadIdx.x;
+            const bool valid = i < len;
+            float score = 0.0f;
+            if (valid) {
+                const uint32_t pos = off + static_cast<uint32_t>(i);
+                const uint4 *cp = a.codes + static_cast<size_t>(pos >> 5) * a.code_chunks * 32 + (pos & 31u);
+                const float sum = a.nbits == 8 ? adc_sum_8bit(cp, lut, a.code_chunks, a.m)
+                                               : adc_sum_4bit(cp, lut, a.code_chunks, a.m);
+                score = term2 ? (bias + __ldg(term2 + pos)) + sum : bias + sum;
+            }
+            const bool pass = valid && ws.may_pass(score);
+            if (__any_sync(kFullMask, pass))
+                ws.add(pass ? make_key(score, off + static_cast<uint32_t>(i)) : kSentinelKey);
+        }
+        ws.refresh();
+    }
+
+    ws.flush();
+    __syncthreads(); /* the table is dead: its memory holds the queue merge */
+    block_merge_queues<W, T, kWarps>(ws, reinterpret_cast<Key *>(scan_smem));
+    if (warp == 0) {
+        Key *o = a.out + (static_cast<int64_t>(q) * gridDim.x + split) * a.out_ld;
+#pragma unroll
+        for (int r = 0; r < W / 32; ++r) {
+            const int e = r * 32 + lane;
+            if (e < a.out_count) o[e] = e < k ? ws.queue[r] : kSentinelKey;
+        }
+    }
+}
+
+}  // namespace gpuivf_cuda
+
+#endif /* GPUIVF_CUDA_IVFPQ_SCAN_CUH */

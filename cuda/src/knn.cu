@@ -1,0 +1,212 @@
+/*
+ * knn.cu — exact kNN by tiles.
+ *
+ * For a tile of queries Q and base rows X the GEMM writes -2 Q X^T (inner
+ * product: -Q X^T) into a row-major distance tile; the select kernel adds
+ * |x|^2 per column on the fly (cosine: scales by 1/|x| and adds |x^|^2), so
+ * the norm add costs no extra pass, and keeps each query's best keys.  The
+ * running result of the previous base tiles seeds the next tile's selection
+ * (warp 0's queue and the block threshold start from it), so there is no
+ * separate merge pass and later tiles reject almost everything at the first
+ * compare.  |q|^2 is constant per row and only added at the end.
+ *
+ * GEMM and selection overlap: GEMMs run on the second stream into two tile
+ * buffers while the selection of the previous tile runs on the main stream,
+ * ordered by events (a buffer is rewritten only after its selection ended).
+ */
+#include <algorithm>
+#include <limits>
+
+#include "knn.h"
+#include "rescore.h"
+#include "select.h"
+#include "vectors.h"
+
+namespace gpuivf_cuda {
+
+namespace {
+
+__global__ void knn_gemm_finalize_kernel(const Key *keys, int64_t key_ld, int64_t rows, int k, const float *qnorms,
+                                         float *out_scores, uint64_t *out_ids) {
+    const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (t >= rows * k) return;
+    const int64_t row = t / k;
+    const int e = static_cast<int>(t - row * k);
+    const Key key = keys[row * key_ld + e];
+    if (key_index(key) == kNoIndex) {
+        out_scores[t] = __int_as_float(0x7f800000);
+        out_ids[t] = UINT64_MAX;
+        return;
+    }
+    float v = key_score(key);
+    if (qnorms) {
+        v += qnorms[row];
+        if (v < 0.0f) v = 0.0f;
+    }
+    out_scores[t] = v;
+    out_ids[t] = key_index(key);
+}
+
+__global__ void fill_padding_kernel(int64_t count, float *scores, uint64_t *ids) {
+    const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (t >= count) return;
+    scores[t] = __int_as_float(0x7f800000);
+    ids[t] = UINT64_MAX;
+}
+
+}  // namespace
+
+int knn_shortlist(int k, int64_t n, bool exact_rescore) {
+    (void)n;
+    if (!exact_rescore) return k;
+    return std::min(kMaxK, k + std::max(k, 16));
+}
+
+void exact_knn(Resources &res, Metric metric, const float *base, int64_t n, const float *queries, int64_t nq, int d,
+               int k, const KnnOptions &opts, float *out_scores, uint64_t *out_ids) {
+    if (nq <= 0) return;
+    GPUIVF_REQUIRE(k >= 1 && k <= kMaxK, "k %d is out of range 1..%d", k, kMaxK);
+    GPUIVF_REQUIRE(n < static_cast<int64_t>(kNoIndex), "too many base vectors for the GPU: %lld",
+                   static_cast<long long>(n));
+    if (n == 0) {
+        fill_padding_kernel<<<static_cast<unsigned>(ceil_div(nq * k, 256)), 256, 0, res.stream>>>(nq * k, out_scores,
+                                                                                                 out_ids);
+        GPUIVF_CUDA_CHECK_LAUNCH();
+        return;
+    }
+    const bool ip = metric == Metric::InnerProduct;
+    const bool cosine = metric == Metric::Cosine;
+
+    /* Per-base-row terms of the fused epilogue. */
+    TempBuffer<float> col_add, col_scale;
+    if (!ip) col_add.allocate(res, n);
+    if (cosine) col_scale.allocate(res, n);
+    if (!ip)
+        row_norms(res, base, n, d, cosine ? nullptr : col_add.data(), cosine ? col_scale.data() : nullptr,
+                  cosine ? col_add.data() : nullptr);
+
+    /* Prepared queries and their norms (added back at the end). */
+    const float *qp = queries;
+    TempBuffer<float> qbuf, qnorms;
+    if (cosine && !opts.queries_prepared) {
+        qbuf.allocate(res, nq * d);
+        prepare_rows(res, metric, queries, nq, d, qbuf.data());
+        qp = qbuf.data();
+    }
+    if (!ip && !opts.exact_rescore) {
+        qnorms.allocate(res, nq);
+        row_norms(res, qp, nq, d, qnorms.data(), nullptr, nullptr);
+    }
+
+    const int ks = knn_shortlist(k, n, opts.exact_rescore);
+    const int w = select_bucket(ks);
+
+    /* Tile sizes: two distance tiles take about two thirds of the free arena. */
+    const int64_t avail = static_cast<int64_t>(arena_available(res));
+    const int64_t tile_floats = std::min<int64_t>(std::max<int64_t>(avail / 12, int64_t(1) << 20), int64_t(1) << 28);
+    const int64_t qt0 = std::min<int64_t>(nq, 16384);
+    const int64_t nt = std::min(round_up(n, 128), std::max<int64_t>(128, (tile_floats / qt0) / 128 * 128));
+    const int64_t qt = std::min<int64_t>(std::min<int64_t>(nq, std::max<int64_t>(1, tile_floats / nt)), 1 << 20);
+    const int64_t ldc = nt; /* a multiple of 4: rows stay 16-byte aligned */
+
+    TempBuffer<float> tiles[2];
+    const int64_t ntiles = ceil_div(n, nt);
+    tiles[0].allocate(res, qt * ldc);
+    if (ntiles > 1) tiles[1].allocate(res, qt * ldc);
+    TempBuffer<Key> state(res, qt * ks);
+    TempBuffer<Key> partial;
+
+    const float alpha = ip ? -1.0f : -2.0f;
+    const float beta = 0.0f;
+
+    for (int64_t q0 = 0; q0 < nq; q0 += qt) {
+        const int64_t rows = std::min(qt, nq - q0);
+        const int splits = (rows >= 2 * res.sm_count) ? 1 : std::max(1, std::min<int>(
+                                                                            static_cast<int>(ceil_div(4 * res.sm_count, rows)),
+                                                                            static_cast<int>(ceil_div(nt, 2048))));
+        if (splits > 1 && partial.size() < rows * splits * ks) partial.allocate(res, rows * splits * ks);
+
+        GPUIVF_CUDA_TRY(cudaEventRecord(res.ev_fork, res.stream));
+        GPUIVF_CUDA_TRY(cudaStreamWaitEvent(res.gemm_stream, res.ev_fork, 0));
+        int64_t t = 0;
+        for (int64_t c0 = 0; c0 < n; c0 += nt, ++t) {
+            const int64_t cols = std::min(nt, n - c0);
+            const int b = static_cast<int>(t & 1);
+            float *tile = tiles[b].data();
+            if (t >= 2) GPUIVF_CUDA_TRY(cudaStreamWaitEvent(res.gemm_stream, res.ev_select[b], 0));
+            /* Column-major C (cols x rows, ldc) = X^T-view * Q: row-major [query][base]. */
+            GPUIVF_CUBLAS_TRY(cublasSgemm(res.cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(cols),
+                                          static_cast<int>(rows), d, &alpha, base + c0 * d, d, qp + q0 * d, d,
+                                          &beta, tile, static_cast<int>(ldc)));
+            GPUIVF_CUDA_TRY(cudaEventRecord(res.ev_gemm[b], res.gemm_stream));
+            GPUIVF_CUDA_TRY(cudaStreamWaitEvent(res.stream, res.ev_gemm[b], 0));
+            if (!opts.gemm_only) {
+                SelectRowsArgs a;
+                a.values = tile;
+                a.ld = ldc;
+                a.rows = rows;
+                a.cols = cols;
+                a.col_scale = cosine ? col_scale.data() + c0 : nullptr;
+                a.col_add = ip ? nullptr : col_add.data() + c0;
+                a.index_base = static_cast<uint32_t>(c0);
+                a.k = ks;
+                a.out_count = ks;
+                if (splits == 1) {
+                    a.split_cols = round_up(cols, 4);
+                    a.init = t > 0 ? state.data() : nullptr;
+                    a.init_ld = ks;
+                    a.out = state.data();
+                    a.out_ld = ks;
+                    launch_select_rows(w, a, 1, res.stream);
+                } else {
+                    a.split_cols = round_up(ceil_div(cols, splits), 4);
+                    const int s = static_cast<int>(ceil_div(cols, a.split_cols));
+                    a.out = partial.data();
+                    a.out_ld = ks;
+                    launch_select_rows(w, a, s, res.stream);
+                    SelectRowsArgs m;
+                    m.keys = partial.data();
+                    m.ld = static_cast<int64_t>(s) * ks;
+                    m.rows = rows;
+                    m.cols = static_cast<int64_t>(s) * ks;
+                    m.split_cols = round_up(m.cols, 4);
+                    m.init = t > 0 ? state.data() : nullptr;
+                    m.init_ld = ks;
+                    m.k = ks;
+                    m.out = state.data();
+                    m.out_ld = ks;
+                    m.out_count = ks;
+                    launch_select_rows(w, m, 1, res.stream);
+                }
+            }
+            GPUIVF_CUDA_TRY(cudaEventRecord(res.ev_select[b], res.stream));
+            if ((t & 15) == 15) check_cancel(res);
+        }
+        if (opts.gemm_only) continue;
+
+        if (opts.exact_rescore) {
+            RescoreArgs r;
+            r.mode = RescoreMode::KnnExact;
+            r.metric = metric;
+            r.keys = state.data();
+            r.key_ld = ks;
+            r.candidates = ks;
+            r.rows = rows;
+            r.k = k;
+            r.queries = qp + q0 * d;
+            r.d = d;
+            r.vectors = base;
+            r.vector_scale = cosine ? col_scale.data() : nullptr;
+            r.out_float = out_scores + q0 * k;
+            r.out_ids = out_ids + q0 * k;
+            r.out_ld = k;
+            rescore_and_sort(res, r);
+        } else {
+            knn_gemm_finalize_kernel<<<static_cast<unsigned>(ceil_div(rows * k, 256)), 256, 0, res.stream>>>(
+                state.data(), ks, rows, k, ip ? nullptr : qnorms.data() + q0, out_scores + q0 * k, out_ids + q0 * k);
+            GPUIVF_CUDA_CHECK_LAUNCH();
+        }
+    }
+}
+
+}  // namespace gpuivf_cuda

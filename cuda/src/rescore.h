@@ -1,0 +1,46 @@
+/*
+ * rescore.h — the last step of every search: take each row's selected
+ * candidates (packed keys), optionally score them again exactly against full
+ * vectors with the CPU's arithmetic, sort by (value, id) as the CPU does
+ * (NaN after numbers, then smaller id) and write the k best.
+ */
+#ifndef GPUIVF_CUDA_RESCORE_H
+#define GPUIVF_CUDA_RESCORE_H
+
+#include "resources.h"
+
+namespace gpuivf_cuda {
+
+enum class RescoreMode : int32_t {
+    Keys = 0,        /* value = the key's score */
+    KnnExact = 1,    /* exact internal score of prepared query vs base row index */
+    SqlDistance = 2  /* gpuivf::metric_distance of raw query vs stored raw vector */
+};
+
+struct RescoreArgs {
+    RescoreMode mode = RescoreMode::Keys;
+    Metric metric = Metric::L2;
+    const Key *keys = nullptr; /* rows x key_ld, `candidates` used per row */
+    int64_t key_ld = 0;
+    int32_t candidates = 0;    /* <= 1024 */
+    int64_t rows = 0;
+    const int32_t *row_k = nullptr; /* outputs per row (or k) */
+    int32_t k = 0;
+    const uint64_t *ids = nullptr;  /* key index -> id (null: the index itself) */
+    const float *queries = nullptr; /* rows x d (prepared for KnnExact, raw for SqlDistance) */
+    int32_t d = 0;
+    const float *vectors = nullptr; /* indexed by key index, d floats each */
+    const float *vector_scale = nullptr; /* KnnExact cosine: prepare_vector's scale per row */
+    /* outputs, rows x out_ld: float values (KnnExact) or double distances */
+    float *out_float = nullptr;
+    double *out_double = nullptr;
+    int32_t to_distance = 0; /* Keys mode: write score_to_distance(metric, score) */
+    uint64_t *out_ids = nullptr;
+    int64_t out_ld = 0;
+};
+
+void rescore_and_sort(Resources &res, const RescoreArgs &a);
+
+}  // namespace gpuivf_cuda
+
+#endif /* GPUIVF_CUDA_RESCORE_H */

@@ -1,0 +1,237 @@
+/*
+ * resources.h — the resources object (device, streams, cuBLAS handle, the
+ * temporary-memory arena, the cancel hook) and the buffers built on it.
+ *
+ * Every piece of work of one API call runs on res.stream (cuBLAS on
+ * res.gemm_stream, joined back with events), and every API call ends with a
+ * stream synchronisation, so arena memory freed by one call can be reused by
+ * the next without further ordering.
+ */
+#ifndef GPUIVF_CUDA_RESOURCES_H
+#define GPUIVF_CUDA_RESOURCES_H
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "common.cuh"
+
+struct gpuivf_cuda_resources {
+    int device = 0;
+    int sm_count = 0;
+    size_t smem_optin = 0;       /* largest dynamic shared memory per block */
+    char name[128] = {};
+    int cc_major = 0, cc_minor = 0;
+
+    cudaStream_t stream = nullptr;       /* everything is ordered on this one */
+    cudaStream_t gemm_stream = nullptr;  /* GEMM tiles overlap the k-selection */
+    cudaEvent_t ev_fork = nullptr;
+    cudaEvent_t ev_gemm[2] = {nullptr, nullptr};
+    cudaEvent_t ev_select[2] = {nullptr, nullptr};
+    cublasHandle_t cublas = nullptr;
+
+    /* The arena: one cudaMalloc'd block handed out last-in first-out. */
+    char *arena = nullptr;
+    size_t arena_size = 0;
+    size_t arena_top = 0;
+    struct Block {
+        size_t offset, size;
+        bool freed;
+    };
+    std::vector<Block> blocks;
+
+    gpuivf_cuda_cancel_fn cancel_fn = nullptr;
+    void *cancel_arg = nullptr;
+};
+
+namespace gpuivf_cuda {
+
+using Resources = gpuivf_cuda_resources;
+
+/* Create / destroy (throw on failure; destroy never throws). */
+void resources_init(Resources &res, int device, int64_t temp_bytes);
+void resources_release(Resources &res) noexcept;
+
+/* Make res's device current for this thread. */
+void use_device(Resources &res);
+/* Throw Error(GPUIVF_CUDA_CANCELED) when the cancel hook says so. */
+void check_cancel(Resources &res);
+/* Wait for res.stream and surface asynchronous errors. */
+void sync(Resources &res);
+
+void *arena_alloc(Resources &res, size_t bytes);   /* nullptr when it does not fit */
+void arena_free(Resources &res, void *p) noexcept;
+size_t arena_available(const Resources &res) noexcept;
+
+/* True when kernels can read p directly (device or managed memory). */
+bool is_device_pointer(const void *p);
+
+/* Temporary device memory: from the arena when it fits, else cudaMalloc. */
+template <typename T>
+class TempBuffer {
+public:
+    TempBuffer() = default;
+    TempBuffer(Resources &res, int64_t count) { allocate(res, count); }
+    ~TempBuffer() { release(); }
+    TempBuffer(const TempBuffer &) = delete;
+    TempBuffer &operator=(const TempBuffer &) = delete;
+    TempBuffer(TempBuffer &&o) noexcept { swap(o); }
+    TempBuffer &operator=(TempBuffer &&o) noexcept {
+        release();
+        swap(o);
+        return *this;
+    }
+
+    void allocate(Resources &res, int64_t count) {
+        release();
+        res_ = &res;
+        count_ = count;
+        size_t bytes = static_cast<size_t>(count > 0 ? count : 1) * sizeof(T);
+        void *p = arena_alloc(res, bytes);
+        from_arena_ = p != nullptr;
+        if (!p) {
+            cudaError_t err = cudaMalloc(&p, bytes);
+            if (err != cudaSuccess) {
+                (void)cudaGetLastError();
+                throw Error(GPUIVF_CUDA_OUT_OF_MEMORY, "out of device memory allocating %zu bytes", bytes);
+            }
+        }
+        ptr_ = static_cast<T *>(p);
+    }
+    void release() noexcept {
+        if (ptr_) {
+            if (from_arena_)
+                arena_free(*res_, ptr_);
+            else
+                cudaFree(ptr_);
+        }
+        ptr_ = nullptr;
+        count_ = 0;
+    }
+    T *data() const { return ptr_; }
+    int64_t size() const { return count_; }
+
+private:
+    void swap(TempBuffer &o) noexcept {
+        std::swap(res_, o.res_);
+        std::swap(ptr_, o.ptr_);
+        std::swap(count_, o.count_);
+        std::swap(from_arena_, o.from_arena_);
+    }
+    Resources *res_ = nullptr;
+    T *ptr_ = nullptr;
+    int64_t count_ = 0;
+    bool from_arena_ = false;
+};
+
+/* Long-lived device memory (an index's arrays): plain cudaMalloc. */
+template <typename T>
+class DeviceArray {
+public:
+    DeviceArray() = default;
+    explicit DeviceArray(int64_t count) { allocate(count); }
+    ~DeviceArray() { release(); }
+    DeviceArray(const DeviceArray &) = delete;
+    DeviceArray &operator=(const DeviceArray &) = delete;
+    DeviceArray(DeviceArray &&o) noexcept { swap(o); }
+    DeviceArray &operator=(DeviceArray &&o) noexcept {
+        release();
+        swap(o);
+        return *this;
+    }
+    void allocate(int64_t count) {
+        release();
+        if (count <= 0) return;
+        size_t bytes = static_cast<size_t>(count) * sizeof(T);
+        void *p = nullptr;
+        cudaError_t err = cudaMalloc(&p, bytes);
+        if (err != cudaSuccess) {
+            (void)cudaGetLastError();
+            throw Error(GPUIVF_CUDA_OUT_OF_MEMORY, "out of device memory allocating %zu bytes", bytes);
+        }
+        ptr_ = static_cast<T *>(p);
+        count_ = count;
+    }
+    void release() noexcept {
+        if (ptr_) cudaFree(ptr_);
+        ptr_ = nullptr;
+        count_ = 0;
+    }
+    T *data() const { return ptr_; }
+    int64_t size() const { return count_; }
+    int64_t bytes() const { return count_ * static_cast<int64_t>(sizeof(T)); }
+    void swap(DeviceArray &o) noexcept {
+        std::swap(ptr_, o.ptr_);
+        std::swap(count_, o.count_);
+    }
+
+private:
+    T *ptr_ = nullptr;
+    int64_t count_ = 0;
+};
+
+/* A caller's input array as a device pointer: itself, or a staged copy. */
+template <typename T>
+class Input {
+public:
+    Input(Resources &res, const T *p, int64_t count) {
+        if (p == nullptr || count <= 0 || is_device_pointer(p)) {
+            ptr_ = p;
+            return;
+        }
+        staged_.allocate(res, count);
+        GPUIVF_CUDA_TRY(cudaMemcpyAsync(staged_.data(), p, sizeof(T) * count, cudaMemcpyHostToDevice, res.stream));
+        ptr_ = staged_.data();
+    }
+    const T *get() const { return ptr_; }
+
+private:
+    const T *ptr_ = nullptr;
+    TempBuffer<T> staged_;
+};
+
+/* A caller's output array: written directly when on the device, else staged
+ * and copied back by finish(). */
+template <typename T>
+class Output {
+public:
+    Output(Resources &res, T *p, int64_t count) : res_(res), user_(p), count_(count) {
+        if (p == nullptr || count <= 0 || is_device_pointer(p)) {
+            ptr_ = p;
+            return;
+        }
+        staged_.allocate(res, count);
+        ptr_ = staged_.data();
+    }
+    T *get() const { return ptr_; }
+    void finish() {
+        if (staged_.data() && count_ > 0)
+            GPUIVF_CUDA_TRY(cudaMemcpyAsync(user_, staged_.data(), sizeof(T) * count_, cudaMemcpyDeviceToHost,
+                                            res_.stream));
+    }
+
+private:
+    Resources &res_;
+    T *user_;
+    int64_t count_;
+    T *ptr_ = nullptr;
+    TempBuffer<T> staged_;
+};
+
+/* Host <-> device helpers on res.stream. */
+template <typename T>
+void copy_to_device(Resources &res, T *dst, const T *src, int64_t count) {
+    if (count > 0)
+        GPUIVF_CUDA_TRY(cudaMemcpyAsync(dst, src, sizeof(T) * count, cudaMemcpyDefault, res.stream));
+}
+template <typename T>
+void copy_to_host_sync(Resources &res, T *dst, const T *src, int64_t count) {
+    if (count > 0) {
+        GPUIVF_CUDA_TRY(cudaMemcpyAsync(dst, src, sizeof(T) * count, cudaMemcpyDefault, res.stream));
+        sync(res);
+    }
+}
+
+}  // namespace gpuivf_cuda
+
+#endif /* GPUIVF_CUDA_RESOURCES_H */

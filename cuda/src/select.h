@@ -1,0 +1,115 @@
+/*
+ * select.h — the k-selection kernels and their launchers.
+ *
+ * Two kernels carry a WarpSelect and are therefore instantiated once per
+ * k-bucket (32, 64, ..., 1024), each bucket in its own translation unit
+ * (select_k32.cu ... select_k1024.cu) so the build parallelises and no file
+ * grows huge; the bucket is chosen at run time from k:
+ *  - select_rows: BlockSelect over rows of floats (with a fused per-column
+ *    scale/add, used for the exact kNN's norm add) or of packed keys (the
+ *    second pass that merges partial results);
+ *  - ivfpq_scan: the IVF-PQ list scan, with the look-up table in shared
+ *    memory and the selection fused in (ivfpq_scan.cuh).
+ */
+#ifndef GPUIVF_CUDA_SELECT_H
+#define GPUIVF_CUDA_SELECT_H
+
+#include "resources.h"
+
+namespace gpuivf_cuda {
+
+/* One block per (row, column split): blockIdx.x = row, blockIdx.y = split. */
+struct SelectRowsArgs {
+    const float *values = nullptr; /* float input, or */
+    const Key *keys = nullptr;     /* packed keys (then scale/add/negate do not apply) */
+    int64_t ld = 0;                /* input row stride, elements */
+    int64_t rows = 0, cols = 0;
+    int64_t split_cols = 0;        /* columns per split (a multiple of 4) */
+    const float *col_scale = nullptr; /* v = v * col_scale[c] + col_add[c] */
+    const float *col_add = nullptr;
+    int32_t negate = 0;            /* select the largest: v = -v */
+    uint32_t index_base = 0;       /* key index = index_base + column */
+    const Key *init = nullptr;     /* previous best keys of each row (one split only) */
+    int64_t init_ld = 0;
+    const int32_t *row_k = nullptr; /* per-row k, or */
+    int32_t k = 0;
+    Key *out = nullptr;            /* row (row * splits + split), out_count keys */
+    int64_t out_ld = 0;
+    int32_t out_count = 0;         /* <= the bucket; entries >= k are the sentinel */
+};
+
+/* One block per (probe split, query): blockIdx.x = split, blockIdx.y = query. */
+struct IvfPqScanArgs {
+    int32_t nq = 0, splits = 1, probes_per_split = 0;
+    const float *queries = nullptr; /* prepared, nq x d */
+    int32_t d = 0;
+    const int32_t *probe_lists = nullptr; /* nq x probe_ld, -1 = none */
+    const float *probe_bias = nullptr;    /* coarse score of each probe */
+    int32_t probe_ld = 0;
+    const int32_t *query_nprobe = nullptr;
+    int32_t nprobe = 0;
+    const int32_t *query_k = nullptr;
+    int32_t k = 0;
+    const uint4 *codes = nullptr;   /* interleaved: see index.h */
+    int32_t code_chunks = 0;        /* 16-byte chunks per code */
+    const float *term2 = nullptr;   /* decomposed L2/cosine: per-entry term */
+    const uint32_t *list_offset = nullptr;
+    const int32_t *list_size = nullptr;
+    const float *codebook = nullptr;
+    const float *centroids = nullptr;
+    int32_t m = 0, nbits = 8, dsub = 0, ksub = 256, m_pad = 0;
+    int32_t metric = 1;
+    int32_t per_list_lut = 0;       /* residual LUT per (query, list), CPU arithmetic */
+    Key *out = nullptr;             /* row (query * splits + split) */
+    int64_t out_ld = 0;
+    int32_t out_count = 0;
+};
+
+/* Threads per block of each kernel. */
+constexpr int kSelectRowsThreads = 128;
+constexpr int kScanThreads = 256;
+
+/* Launch one bucket (w = 32 ... 1024); grid as documented above. */
+void launch_select_rows(int w, const SelectRowsArgs &a, int splits, cudaStream_t stream);
+void launch_ivfpq_scan(int w, const IvfPqScanArgs &a, size_t smem_bytes, cudaStream_t stream);
+
+/* Shared memory the scan kernel needs besides its LUT (queue merge). */
+size_t ivfpq_scan_merge_bytes(int w);
+
+/* Per-bucket entry points (one translation unit each). */
+#define GPUIVF_DECLARE_BUCKET(W)                                                                   \
+    void launch_select_rows_w##W(const SelectRowsArgs &a, int splits, cudaStream_t stream);        \
+    void launch_ivfpq_scan_w##W(const IvfPqScanArgs &a, size_t smem_bytes, cudaStream_t stream);
+GPUIVF_DECLARE_BUCKET(32)
+GPUIVF_DECLARE_BUCKET(64)
+GPUIVF_DECLARE_BUCKET(128)
+GPUIVF_DECLARE_BUCKET(256)
+GPUIVF_DECLARE_BUCKET(512)
+GPUIVF_DECLARE_BUCKET(1024)
+#undef GPUIVF_DECLARE_BUCKET
+
+/*
+ * Convert selected keys to results: for each row, keys[row * key_ld + e]
+ * (e < k) to a value (the key's score, negated back when `negate`) and an id
+ * (ids[row * ids_ld + index] when ids is given, else the index itself);
+ * sentinels become pad_value / UINT64_MAX.
+ */
+void keys_to_results(Resources &res, const Key *keys, int64_t key_ld, int64_t rows, int k, int negate,
+                     const uint64_t *ids, int64_t ids_ld, float pad_value, float *out_values,
+                     uint64_t *out_ids);
+
+/*
+ * The k best keys of each row of a rows x cols float matrix (device), into
+ * out (rows x out_ld keys): splits long rows over several blocks when there
+ * are few rows, merging the partial results in a second pass.
+ */
+void select_rows_to_keys(Resources &res, const float *values, int64_t rows, int64_t cols, int64_t ld, int k,
+                         int negate, Key *out, int64_t out_ld);
+
+/* Merge: the k best of each row of rows x cols packed keys (device). */
+void select_keys(Resources &res, const Key *keys, int64_t rows, int64_t cols, int64_t ld,
+                 const int32_t *row_k, int k, Key *out, int64_t out_ld, int out_count);
+
+}  // namespace gpuivf_cuda
+
+#endif /* GPUIVF_CUDA_SELECT_H */

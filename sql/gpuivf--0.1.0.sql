@@ -1,0 +1,85 @@
+-- gpuivf 0.1.0: IVF-PQ nearest-neighbour index for real[]
+\echo Use "CREATE EXTENSION gpuivf" to load this file. \quit
+
+-- distance functions on real[]: the same engine functions the index uses
+
+CREATE FUNCTION l2_distance(real[], real[]) RETURNS float8
+    AS 'MODULE_PATHNAME', 'gpuivf_l2_distance'
+    LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE FUNCTION inner_product(real[], real[]) RETURNS float8
+    AS 'MODULE_PATHNAME', 'gpuivf_inner_product'
+    LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE FUNCTION negative_inner_product(real[], real[]) RETURNS float8
+    AS 'MODULE_PATHNAME', 'gpuivf_negative_inner_product'
+    LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE FUNCTION cosine_distance(real[], real[]) RETURNS float8
+    AS 'MODULE_PATHNAME', 'gpuivf_cosine_distance'
+    LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION l2_distance(real[], real[]) IS 'Euclidean distance';
+COMMENT ON FUNCTION inner_product(real[], real[]) IS 'inner (dot) product';
+COMMENT ON FUNCTION negative_inner_product(real[], real[]) IS 'negative inner product (the <#> operator)';
+COMMENT ON FUNCTION cosine_distance(real[], real[]) IS 'cosine distance: 1 - cosine similarity';
+
+-- operators
+
+CREATE OPERATOR <-> (
+    LEFTARG = real[], RIGHTARG = real[], FUNCTION = l2_distance,
+    COMMUTATOR = '<->'
+);
+
+CREATE OPERATOR <#> (
+    LEFTARG = real[], RIGHTARG = real[], FUNCTION = negative_inner_product,
+    COMMUTATOR = '<#>'
+);
+
+CREATE OPERATOR <=> (
+    LEFTARG = real[], RIGHTARG = real[], FUNCTION = cosine_distance,
+    COMMUTATOR = '<=>'
+);
+
+-- the access method
+
+CREATE FUNCTION gpuivfhandler(internal) RETURNS index_am_handler
+    AS 'MODULE_PATHNAME', 'gpuivfhandler'
+    LANGUAGE C;
+
+CREATE ACCESS METHOD gpuivf TYPE INDEX HANDLER gpuivfhandler;
+
+COMMENT ON ACCESS METHOD gpuivf IS 'IVF-PQ index for nearest-neighbour search on real[]';
+
+-- operator classes: operator 1 orders, function 1 tells the index its metric
+
+CREATE OPERATOR CLASS float4_l2_ops
+    DEFAULT FOR TYPE real[] USING gpuivf AS
+    OPERATOR 1 <-> (real[], real[]) FOR ORDER BY float_ops,
+    FUNCTION 1 l2_distance(real[], real[]);
+
+CREATE OPERATOR CLASS float4_ip_ops
+    FOR TYPE real[] USING gpuivf AS
+    OPERATOR 1 <#> (real[], real[]) FOR ORDER BY float_ops,
+    FUNCTION 1 negative_inner_product(real[], real[]);
+
+CREATE OPERATOR CLASS float4_cosine_ops
+    FOR TYPE real[] USING gpuivf AS
+    OPERATOR 1 <=> (real[], real[]) FOR ORDER BY float_ops,
+    FUNCTION 1 cosine_distance(real[], real[]);
+
+-- inspection and verification (the amcheck of gpuivf)
+
+CREATE FUNCTION gpuivf_index_info(regclass) RETURNS jsonb
+    AS 'MODULE_PATHNAME', 'gpuivf_index_info'
+    LANGUAGE C STRICT;
+
+COMMENT ON FUNCTION gpuivf_index_info(regclass) IS
+    'dims, metric, lists, PQ settings, counts and list sizes of a gpuivf index';
+
+CREATE FUNCTION gpuivf_verify(regclass, heapallindexed boolean DEFAULT false) RETURNS void
+    AS 'MODULE_PATHNAME', 'gpuivf_verify'
+    LANGUAGE C STRICT;
+
+COMMENT ON FUNCTION gpuivf_verify(regclass, boolean) IS
+    'checks a gpuivf index for consistency; with heapallindexed, that every row is indexed once';

@@ -1,0 +1,178 @@
+/*
+ * gpuivf.cpp — module entry points: the access method handler, _PG_init
+ * (settings, index options, engine start-up) and the relation options.
+ */
+#include "gpuivf.h"
+
+#include <climits>
+
+#include "access/reloptions.h"
+#include "commands/vacuum.h"
+#include "fmgr.h"
+#include "utils/guc.h"
+
+extern "C" {
+PG_MODULE_MAGIC;
+}
+
+/* settings (gpuivf.h) */
+int         gpuivf_probes = 0;
+int         gpuivf_rerank_candidates = 200;
+int         gpuivf_device = GPUIVF_DEVICE_AUTO;
+
+/* the reloption kind of gpuivf indexes, registered in _PG_init */
+static relopt_kind gpuivf_relopt_kind;
+
+static const struct config_enum_entry gpuivf_device_options[] = {
+    {"auto", GPUIVF_DEVICE_AUTO, false},
+    {"cpu", GPUIVF_DEVICE_CPU, false},
+    {"gpu", GPUIVF_DEVICE_GPU, false},
+    {NULL, 0, false}
+};
+
+/*
+ * Registers the settings and the index options, and keeps OpenBLAS
+ * single-threaded in this process (no helper threads that could receive
+ * PostgreSQL's signals or outlive an ereport).
+ */
+void
+_PG_init(void)
+{
+    gpuivf::init_blas_single_threaded();
+
+    gpuivf_relopt_kind = add_reloption_kind();
+    add_int_reloption(gpuivf_relopt_kind, "lists",
+                      "Number of inverted lists (0 = automatic from the row count)",
+                      0, 0, gpuivf::kMaxLists, AccessExclusiveLock);
+    add_int_reloption(gpuivf_relopt_kind, "pq_m",
+                      "Number of PQ sub-quantizers (0 = automatic; must divide the dimensions)",
+                      0, 0, gpuivf::kMaxPqM, AccessExclusiveLock);
+    /* any integer parses; gpuivfoptions() says that only 4 and 8 are valid */
+    add_int_reloption(gpuivf_relopt_kind, "pq_bits",
+                      "Bits per PQ sub-quantizer code (4 or 8)",
+                      GPUIVF_DEFAULT_PQ_BITS, INT_MIN, INT_MAX, AccessExclusiveLock);
+    add_bool_reloption(gpuivf_relopt_kind, "rerank",
+                       "Store full vectors and re-rank PQ candidates with exact distances",
+                       GPUIVF_DEFAULT_RERANK, AccessExclusiveLock);
+
+    DefineCustomIntVariable("gpuivf.probes",
+                            "Number of lists probed by a gpuivf scan (0 = automatic).",
+                            "When the value is at least the number of lists of an index that "
+                            "stores full vectors, scans are exact.",
+                            &gpuivf_probes, 0, 0, gpuivf::kMaxLists,
+                            PGC_USERSET, 0, NULL, NULL, NULL);
+    DefineCustomIntVariable("gpuivf.rerank_candidates",
+                            "Number of PQ candidates re-ranked with exact distances per round.",
+                            NULL,
+                            &gpuivf_rerank_candidates, 200, 1, gpuivf::kMaxK,
+                            PGC_USERSET, 0, NULL, NULL, NULL);
+    DefineCustomEnumVariable("gpuivf.device",
+                             "Where gpuivf scans run: auto, cpu or gpu.",
+                             "\"gpu\" requires the gpuivf GPU worker.",
+                             &gpuivf_device, GPUIVF_DEVICE_AUTO, gpuivf_device_options,
+                             PGC_USERSET, 0, NULL, NULL, NULL);
+    MarkGUCPrefixReserved("gpuivf");
+}
+
+/*
+ * Parses (and with validate, checks) the WITH (...) options of an index.
+ * pq_bits is registered as a plain integer so that every wrong value gets
+ * the same message here.
+ */
+bytea *
+gpuivfoptions(Datum reloptions, bool validate)
+{
+    static const relopt_parse_elt tab[] = {
+        {"lists", RELOPT_TYPE_INT, offsetof(GpuivfOptions, lists)},
+        {"pq_m", RELOPT_TYPE_INT, offsetof(GpuivfOptions, pq_m)},
+        {"pq_bits", RELOPT_TYPE_INT, offsetof(GpuivfOptions, pq_bits)},
+        {"rerank", RELOPT_TYPE_BOOL, offsetof(GpuivfOptions, rerank)},
+    };
+    GpuivfOptions *opts;
+
+    opts = (GpuivfOptions *) build_reloptions(reloptions, validate, gpuivf_relopt_kind,
+                                              sizeof(GpuivfOptions), tab, lengthof(tab));
+    if (validate && opts != NULL && opts->pq_bits != 4 && opts->pq_bits != 8)
+        ereport(ERROR,
+                (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                 errmsg("invalid value for option \"pq_bits\": %d", opts->pq_bits),
+                 errdetail("Valid values are 4 and 8.")));
+    return (bytea *) opts;
+}
+
+/*
+ * The options of an index, with defaults when none were given (never NULL;
+ * palloc'd in the current context when the relcache holds none).
+ */
+GpuivfOptions *
+GpuivfGetOptions(Relation index)
+{
+    GpuivfOptions *opts = (GpuivfOptions *) index->rd_options;
+
+    if (opts == NULL)
+    {
+        opts = (GpuivfOptions *) palloc0(sizeof(GpuivfOptions));
+        SET_VARSIZE(opts, sizeof(GpuivfOptions));
+        opts->lists = 0;
+        opts->pq_m = 0;
+        opts->pq_bits = GPUIVF_DEFAULT_PQ_BITS;
+        opts->rerank = GPUIVF_DEFAULT_RERANK;
+    }
+    return opts;
+}
+
+extern "C" {
+PG_FUNCTION_INFO_V1(gpuivfhandler);
+}
+
+/* The IndexAmRoutine of gpuivf: an ORDER BY-only (kNN) access method. */
+Datum
+gpuivfhandler(PG_FUNCTION_ARGS)
+{
+    IndexAmRoutine *amroutine = makeNode(IndexAmRoutine);
+
+    amroutine->amstrategies = GPUIVF_DISTANCE_STRATEGY;
+    amroutine->amsupport = GPUIVF_NPROC;
+    amroutine->amoptsprocnum = 0;
+    amroutine->amcanorder = false;
+    amroutine->amcanorderbyop = true;
+    amroutine->amcanbackward = false;
+    amroutine->amcanunique = false;
+    amroutine->amcanmulticol = false;
+    amroutine->amoptionalkey = true;
+    amroutine->amsearcharray = false;
+    amroutine->amsearchnulls = false;
+    amroutine->amstorage = false;
+    amroutine->amclusterable = false;
+    amroutine->ampredlocks = false;
+    amroutine->amcanparallel = false;
+    amroutine->amcaninclude = false;
+    amroutine->amusemaintenanceworkmem = true;
+    amroutine->amparallelvacuumoptions = VACUUM_OPTION_PARALLEL_BULKDEL;
+    amroutine->amkeytype = InvalidOid;
+
+    amroutine->ambuild = gpuivfbuild;
+    amroutine->ambuildempty = gpuivfbuildempty;
+    amroutine->aminsert = gpuivfinsert;
+    amroutine->ambulkdelete = gpuivfbulkdelete;
+    amroutine->amvacuumcleanup = gpuivfvacuumcleanup;
+    amroutine->amcanreturn = NULL;
+    amroutine->amcostestimate = gpuivfcostestimate;
+    amroutine->amoptions = gpuivfoptions;
+    amroutine->amproperty = NULL;
+    amroutine->ambuildphasename = gpuivfbuildphasename;
+    amroutine->amvalidate = gpuivfvalidate;
+    amroutine->amadjustmembers = NULL;
+    amroutine->ambeginscan = gpuivfbeginscan;
+    amroutine->amrescan = gpuivfrescan;
+    amroutine->amgettuple = gpuivfgettuple;
+    amroutine->amgetbitmap = NULL;
+    amroutine->amendscan = gpuivfendscan;
+    amroutine->ammarkpos = NULL;
+    amroutine->amrestrpos = NULL;
+    amroutine->amestimateparallelscan = NULL;
+    amroutine->aminitparallelscan = NULL;
+    amroutine->amparallelrescan = NULL;
+
+    PG_RETURN_POINTER(amroutine);
+}

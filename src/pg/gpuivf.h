@@ -1,0 +1,471 @@
+/*
+ * gpuivf.h — the map of the PostgreSQL side of gpuivf.
+ *
+ * Everything here includes postgres.h; nothing here includes a CUDA header.
+ * The CPU engine (src/core/gpuivf_core.h) is called through plain pointers
+ * and Status values: no C++ object with a destructor is ever alive across a
+ * call that can ereport(), and no C++ exception can reach a PostgreSQL frame
+ * (this directory is built with -fno-exceptions, the engine is noexcept).
+ *
+ * Design, page layouts, locking and WAL: README.md next to this file.
+ */
+#ifndef GPUIVF_H
+#define GPUIVF_H
+
+/*
+ * (pg-query helper change) PostgreSQL's headers are C without extern "C"
+ * guards: included plainly from C++ they declare every PostgreSQL function
+ * with C++ linkage, gpuivf.so then references mangled names (_Z10LockBufferii)
+ * and cannot be loaded.  So every PostgreSQL header that src/pg uses is
+ * included here, inside one extern "C" block, and every .cpp file includes
+ * gpuivf.h first; a later #include of one of these headers is a no-op (include
+ * guards).  A header that is not in this list must be added here, not
+ * included elsewhere: `make` fails on mangled PostgreSQL symbols
+ * (check-c-linkage in the Makefile).  The C and C++ standard headers that
+ * PostgreSQL's headers pull in are included first, outside the block, so that
+ * no C++ template ends up with C linkage.
+ */
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdarg>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+extern "C" {
+#include "postgres.h"
+
+#include "access/amapi.h"
+#include "access/amvalidate.h"
+#include "access/generic_xlog.h"
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/itup.h"
+#include "access/relation.h"
+#include "access/relscan.h"
+#include "access/reloptions.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "access/xloginsert.h"
+#include "catalog/index.h"
+#include "catalog/pg_amop.h"
+#include "catalog/pg_amproc.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_opclass.h"
+#include "catalog/pg_operator.h"
+#include "catalog/pg_opfamily.h"
+#include "catalog/pg_type.h"
+#include "commands/defrem.h"
+#include "commands/progress.h"
+#include "commands/vacuum.h"
+#include "common/hashfn.h"
+#include "common/pg_prng.h"
+#include "executor/tuptable.h"
+#include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "nodes/execnodes.h"
+#include "optimizer/cost.h"
+#include "optimizer/optimizer.h"
+#include "optimizer/plancat.h"
+#include "pgstat.h"
+#include "storage/bufmgr.h"
+#include "storage/bufpage.h"
+#include "storage/freespace.h"
+#include "storage/indexfsm.h"
+#include "storage/lmgr.h"
+#include "utils/acl.h"
+#include "utils/array.h"
+#include "utils/backend_progress.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+#include "utils/guc.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/regproc.h"
+#include "utils/rel.h"
+#include "utils/relcache.h"
+#include "utils/resowner.h"
+#include "utils/selfuncs.h"
+#include "utils/snapmgr.h"
+#include "utils/spccache.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+#include "utils/tuplesort.h"
+}
+
+#include "../core/gpuivf_core.h"
+
+/* ------------------------------------------------------------ constants */
+
+#define GPUIVF_MAGIC            0x47504956  /* "GPIV" */
+#define GPUIVF_FORMAT_VERSION   1
+#define GPUIVF_PAGE_ID          0xFF91      /* last 2 bytes of special space */
+
+#define GPUIVF_METAPAGE_BLKNO   0
+
+/* page types (GpuivfPageOpaqueData.page_type) */
+#define GPUIVF_PAGE_META        1
+#define GPUIVF_PAGE_CENTROIDS   2   /* raw float4 array */
+#define GPUIVF_PAGE_CODEBOOK    3   /* raw float4 array */
+#define GPUIVF_PAGE_DIRECTORY   4   /* raw GpuivfListDirEntry array */
+#define GPUIVF_PAGE_LIST        5   /* items: GpuivfListEntry */
+#define GPUIVF_PAGE_VECTOR      6   /* items: GpuivfVectorTuple */
+
+/* metapage flags */
+#define GPUIVF_META_TRAINED     0x0001  /* lists, centroids, codebooks exist */
+#define GPUIVF_META_RERANK      0x0002  /* full vectors are stored */
+
+/* operator strategy and support procedure numbers */
+#define GPUIVF_DISTANCE_STRATEGY    1   /* the ORDER BY operator */
+#define GPUIVF_DISTANCE_PROC        1   /* (real[], real[]) -> float8 */
+#define GPUIVF_NPROC                1
+
+/* defaults and bounds of the index options */
+#define GPUIVF_DEFAULT_PQ_BITS      8
+#define GPUIVF_DEFAULT_RERANK       true
+
+/* settings */
+#define GPUIVF_DEVICE_AUTO  0
+#define GPUIVF_DEVICE_CPU   1
+#define GPUIVF_DEVICE_GPU   2
+
+extern int  gpuivf_probes;              /* gpuivf.probes, 0 = automatic */
+extern int  gpuivf_rerank_candidates;   /* gpuivf.rerank_candidates */
+extern int  gpuivf_device;              /* gpuivf.device */
+
+/* ---------------------------------------------------------- page layout */
+
+/* Special space of every page. */
+typedef struct GpuivfPageOpaqueData
+{
+    BlockNumber nextblkno;      /* next page of this chain, or InvalidBlockNumber */
+    uint16      page_type;      /* GPUIVF_PAGE_* */
+    uint16      page_id;        /* GPUIVF_PAGE_ID, for tools like pageinspect */
+} GpuivfPageOpaqueData;
+typedef GpuivfPageOpaqueData *GpuivfPageOpaque;
+
+#define GpuivfPageGetOpaque(page) \
+    ((GpuivfPageOpaque) PageGetSpecialPointer(page))
+
+/* Metapage contents, right after the page header. */
+typedef struct GpuivfMetaPageData
+{
+    uint32      magic;
+    uint32      version;
+    uint32      dims;
+    uint16      metric;         /* gpuivf::Metric */
+    uint16      flags;          /* GPUIVF_META_* */
+    uint32      lists;          /* 0 while untrained */
+    uint16      pq_m;
+    uint16      pq_bits;
+    uint16      code_size;      /* bytes of one PQ code */
+    uint16      reserved;
+    uint64      generation;     /* changes with every change of contents */
+    uint64      train_id;       /* identifies centroids + codebooks; caches key on it */
+    uint64      vectors;        /* live entries */
+    BlockNumber centroid_start;
+    uint32      centroid_pages;
+    BlockNumber codebook_start;
+    uint32      codebook_pages;
+    BlockNumber directory_start;
+    uint32      directory_pages;
+    BlockNumber vector_insert_page; /* last vector page appended to */
+} GpuivfMetaPageData;
+typedef GpuivfMetaPageData *GpuivfMetaPage;
+
+#define GpuivfPageGetMeta(page) ((GpuivfMetaPage) PageGetContents(page))
+
+/* One slot of the list directory: where list i lives. */
+typedef struct GpuivfListDirEntry
+{
+    BlockNumber head;           /* first page of the chain, or InvalidBlockNumber */
+    BlockNumber tail;           /* last page of the chain */
+    BlockNumber insert_page;    /* first page that may have room */
+    uint32      count;          /* live entries */
+} GpuivfListDirEntry;
+
+/*
+ * An entry of a list page: the location of the row and its PQ code.  tid is
+ * the vector tuple's location when the index stores full vectors (rerank),
+ * else the heap TID.
+ */
+typedef struct GpuivfListEntry
+{
+    ItemPointerData tid;
+    uint8       code[FLEXIBLE_ARRAY_MEMBER];
+} GpuivfListEntry;
+
+#define GPUIVF_LIST_ENTRY_SIZE(code_size) \
+    MAXALIGN(offsetof(GpuivfListEntry, code) + (code_size))
+
+/* A full vector (vector pages): the heap row it belongs to and its values. */
+typedef struct GpuivfVectorTuple
+{
+    ItemPointerData heaptid;
+    uint16      unused;
+    float4      x[FLEXIBLE_ARRAY_MEMBER];
+} GpuivfVectorTuple;
+
+#define GPUIVF_VECTOR_TUPLE_SIZE(dims) \
+    MAXALIGN(offsetof(GpuivfVectorTuple, x) + sizeof(float4) * (dims))
+
+/* Bytes usable for raw arrays on one page. */
+#define GPUIVF_PAGE_CAPACITY \
+    (BLCKSZ - MAXALIGN(SizeOfPageHeaderData) - MAXALIGN(sizeof(GpuivfPageOpaqueData)))
+#define GPUIVF_FLOATS_PER_PAGE      (GPUIVF_PAGE_CAPACITY / sizeof(float4))
+#define GPUIVF_DIR_ENTRIES_PER_PAGE (GPUIVF_PAGE_CAPACITY / sizeof(GpuivfListDirEntry))
+
+/* Pack an ItemPointer into an engine id and back. */
+static inline uint64
+GpuivfTidToId(ItemPointer tid)
+{
+    return ((uint64) ItemPointerGetBlockNumberNoCheck(tid) << 16) |
+        ItemPointerGetOffsetNumberNoCheck(tid);
+}
+static inline void
+GpuivfIdToTid(uint64 id, ItemPointer tid)
+{
+    ItemPointerSet(tid, (BlockNumber) (id >> 16), (OffsetNumber) (id & 0xFFFF));
+}
+
+/* ------------------------------------------------------ relation options */
+
+typedef struct GpuivfOptions
+{
+    int32       vl_len_;        /* varlena header (do not touch directly!) */
+    int         lists;          /* 0 = automatic */
+    int         pq_m;           /* 0 = automatic */
+    int         pq_bits;        /* 4 or 8 */
+    bool        rerank;
+} GpuivfOptions;
+
+/*
+ * What a backend keeps of an index between scans (rd_amcache): the metapage
+ * fields and the trained model, valid while train_id matches the metapage.
+ */
+typedef struct GpuivfIndexState
+{
+    GpuivfMetaPageData meta;
+    float      *centroids;      /* lists * dims */
+    float      *centroid_norms; /* lists */
+    float      *codebook;       /* pq_m * 2^pq_bits * (dims / pq_m) */
+    gpuivf::IvfPqModel model;   /* views of the arrays above */
+} GpuivfIndexState;
+
+/* ------------------------------------------------------------- scan state */
+
+typedef struct GpuivfScanOpaqueData *GpuivfScanOpaque;
+
+/* ------------------------------------------------------------ prototypes */
+
+/* gpuivf.cpp: the handler and module entry points */
+extern "C" {
+void        _PG_init(void);
+Datum       gpuivfhandler(PG_FUNCTION_ARGS);
+}
+
+/* gpuivf.cpp: handler, _PG_init, settings, reloptions */
+bytea      *gpuivfoptions(Datum reloptions, bool validate);
+GpuivfOptions *GpuivfGetOptions(Relation index);
+
+/* gpuivfutils.cpp: metric of an index, vector input checks, engine status */
+gpuivf::Metric GpuivfGetMetric(Relation index);
+float4     *GpuivfDatumGetVector(Datum value, int *dims);    /* validated, detoasted copy */
+void        GpuivfCheckDims(int expected, int actual);
+void        GpuivfRaiseStatus(const gpuivf::Status &status);
+bool        GpuivfShouldCancel(void *arg);                   /* CancelHook, never longjmps */
+
+/* gpuivfmeta.cpp: metapage and the per-backend model cache */
+void        GpuivfReadMeta(Relation index, GpuivfMetaPageData *meta);
+void        GpuivfCheckFormat(Relation index, const GpuivfMetaPageData *meta);
+/* The returned state lives in rd_amcache, which a relcache invalidation frees:
+ * call it again at every amgettuple/aminsert, never keep the pointer across
+ * calls.  meta is re-read from the metapage on every call. */
+GpuivfIndexState *GpuivfGetIndexState(Relation index);
+
+/* gpuivfpage.cpp: the only code that changes pages under WAL */
+Buffer      GpuivfNewBuffer(Relation index, ForkNumber forknum);
+void        GpuivfInitPage(Page page, uint16 page_type);
+void        GpuivfInitRegisterPage(GenericXLogState *state, Buffer buf, uint16 page_type, Page *page);
+void        GpuivfWriteRawPages(Relation index, ForkNumber forknum, uint16 page_type,
+                                const void *data, Size bytes, BlockNumber *start, uint32 *npages);
+void        GpuivfReadRawPages(Relation index, BlockNumber start, uint32 npages, uint16 page_type,
+                               void *data, Size bytes);
+GpuivfListDirEntry GpuivfReadDirEntry(Relation index, const GpuivfMetaPageData *meta, int list);
+void        GpuivfBumpMeta(GenericXLogState *state, Buffer metabuf, int64 vectors_delta);
+
+/* gpuivfbuild.cpp */
+IndexBuildResult *gpuivfbuild(Relation heap, Relation index, IndexInfo *indexInfo);
+void        gpuivfbuildempty(Relation index);
+
+/* gpuivfinsert.cpp */
+bool        gpuivfinsert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
+                         Relation heap, IndexUniqueCheck checkUnique, bool indexUnchanged,
+                         IndexInfo *indexInfo);
+
+/* gpuivfscan.cpp */
+IndexScanDesc gpuivfbeginscan(Relation index, int nkeys, int norderbys);
+void        gpuivfrescan(IndexScanDesc scan, ScanKey keys, int nkeys, ScanKey orderbys, int norderbys);
+bool        gpuivfgettuple(IndexScanDesc scan, ScanDirection dir);
+void        gpuivfendscan(IndexScanDesc scan);
+
+/* gpuivfvacuum.cpp */
+IndexBulkDeleteResult *gpuivfbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
+                                        IndexBulkDeleteCallback callback, void *callback_state);
+IndexBulkDeleteResult *gpuivfvacuumcleanup(IndexVacuumInfo *info, IndexBulkDeleteResult *stats);
+
+/* gpuivfcost.cpp */
+void        gpuivfcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
+                               Cost *indexStartupCost, Cost *indexTotalCost,
+                               Selectivity *indexSelectivity, double *indexCorrelation,
+                               double *indexPages);
+
+/* gpuivfvalidate.cpp */
+bool        gpuivfvalidate(Oid opclassoid);
+
+
+/* ------------------------------------------- pg-query helper additions */
+/*
+ * Additions owned by the query side (gpuivf.cpp, gpuivfutils.cpp,
+ * gpuivfscan.cpp, gpuivfcost.cpp, gpuivfvalidate.cpp, gpuivfvector.cpp).
+ */
+
+/* gpuivfvector.cpp: the SQL distance functions on real[].  The opclasses
+ * name them as support function 1, and GpuivfGetMetric() recognises the
+ * metric of an index by comparing fn_addr with these symbols. */
+extern "C" {
+Datum       gpuivf_l2_distance(PG_FUNCTION_ARGS);
+Datum       gpuivf_inner_product(PG_FUNCTION_ARGS);
+Datum       gpuivf_negative_inner_product(PG_FUNCTION_ARGS);
+Datum       gpuivf_cosine_distance(PG_FUNCTION_ARGS);
+}
+
+/* gpuivfbuild.cpp (pg-storage helper): names of the build progress phases */
+char       *gpuivfbuildphasename(int64 phasenum);
+
+/* gpuivfutils.cpp: checks a detoasted real[] (element type, NULLs, shape,
+ * empty, NaN, infinity) and returns a pointer to its float4 values inside the
+ * array; no dimension limit (GpuivfDatumGetVector adds the index limit). */
+const float4 *GpuivfArrayGetValues(ArrayType *array, int *dims);
+
+/* gpuivfscan.cpp: the number of lists probed when gpuivf.probes = 0
+ * (issue 5 replaces this by the curve tuned at ANALYZE) */
+int         GpuivfAutoProbes(int lists);
+/* the number of lists a scan probes in its first round */
+int         GpuivfScanProbes(int lists);
+
+/* ------------------------------------- end of pg-query helper additions */
+
+
+/* ================================================================
+ * pg-storage section (gpuivfpage/meta/build/insert/vacuum/funcs.cpp).
+ * Additions only; see src/pg/README.md for the design they implement.
+ * ================================================================ */
+
+/* Build phases reported in pg_stat_progress_create_index.subphase
+ * (1 is PostgreSQL's PROGRESS_CREATEIDX_SUBPHASE_INITIALIZE). */
+#define GPUIVF_PHASE_SAMPLE     2   /* "sampling table" */
+#define GPUIVF_PHASE_KMEANS     3   /* "training coarse quantizer" */
+#define GPUIVF_PHASE_PQ         4   /* "training product quantizer" */
+#define GPUIVF_PHASE_ENCODE     5   /* "encoding vectors" */
+#define GPUIVF_PHASE_WRITE      6   /* "writing lists" */
+
+/* gpuivfbuild.cpp: amphasename (the handler points amphasename here) */
+char       *gpuivfbuildphasename(int64 phasenum);
+
+/* Is this page initialized and of the given GPUIVF_PAGE_* type?  All-zero
+ * pages (left by an extension that crashed before its WAL record) are not. */
+static inline bool
+GpuivfPageIsType(Page page, uint16 page_type)
+{
+    return !PageIsNew(page) &&
+        PageGetSpecialSize(page) == MAXALIGN(sizeof(GpuivfPageOpaqueData)) &&
+        GpuivfPageGetOpaque(page)->page_id == GPUIVF_PAGE_ID &&
+        GpuivfPageGetOpaque(page)->page_type == page_type;
+}
+
+static inline bool
+GpuivfMetaIsTrained(const GpuivfMetaPageData *meta)
+{
+    return (meta->flags & GPUIVF_META_TRAINED) != 0;
+}
+
+/* Does a row live as a vector tuple (always when untrained, else with rerank)? */
+static inline bool
+GpuivfMetaStoresVectors(const GpuivfMetaPageData *meta)
+{
+    return !GpuivfMetaIsTrained(meta) || (meta->flags & GPUIVF_META_RERANK) != 0;
+}
+
+/* gpuivfpage.cpp: build-time page writer (no WAL; the build logs every page
+ * with log_newpage_range at the end).  Appends pages to a fork in order. */
+typedef struct GpuivfPageWriter
+{
+    Relation    index;
+    ForkNumber  forknum;
+    uint16      page_type;
+    bool        chained;        /* link each new page from the previous one */
+    Buffer      buf;            /* current page, locked, or InvalidBuffer */
+    BlockNumber blkno;          /* current page, kept across pauses */
+    BlockNumber chain_head;     /* first page since the last NewChain */
+    uint32      pages;          /* pages appended by this writer */
+} GpuivfPageWriter;
+
+void        GpuivfWriterInit(GpuivfPageWriter *w, Relation index, ForkNumber forknum,
+                             uint16 page_type, bool chained);
+void        GpuivfWriterNewChain(GpuivfPageWriter *w);
+void        GpuivfWriterAdd(GpuivfPageWriter *w, const void *item, Size size, ItemPointer tid);
+void        GpuivfWriterPause(GpuivfPageWriter *w);   /* unlock before long engine work */
+void        GpuivfBuildPutMeta(Relation index, ForkNumber forknum, const GpuivfMetaPageData *meta);
+void        GpuivfBuildLogPages(Relation index, ForkNumber forknum);
+
+/* gpuivfpage.cpp: one insert, one GenericXLog record (at most 4 buffers). */
+typedef struct GpuivfInsertPlan
+{
+    Buffer      vecbuf;         /* vector page, or InvalidBuffer: no vector tuple */
+    bool        vec_init;       /* vecbuf is new (or all-zero): initialize it */
+    const float4 *vector;       /* raw vector, dims values */
+    uint32      dims;
+    ItemPointerData heaptid;
+    Buffer      listbuf;        /* list page, or InvalidBuffer: untrained */
+    const uint8 *code;          /* code_size bytes */
+    uint16      code_size;
+    Buffer      dirbuf;         /* directory page holding the list's entry */
+    int         list;
+    BlockNumber new_insert_page;    /* or InvalidBlockNumber: keep */
+    Buffer      metabuf;
+    bool        set_dims;       /* first row of an untrained index fixes dims */
+} GpuivfInsertPlan;
+
+void        GpuivfLogInsert(Relation index, const GpuivfInsertPlan *plan);
+void        GpuivfLogAppendListPage(Relation index, Buffer tailbuf, Buffer newbuf,
+                                    Buffer dirbuf, int list, Buffer metabuf);
+void        GpuivfLogDeleteListEntries(Relation index, Buffer listbuf, OffsetNumber *offsets,
+                                       int noffsets, Buffer dirbuf, const GpuivfMetaPageData *meta,
+                                       int list, BlockNumber new_insert_page, Buffer metabuf);
+void        GpuivfLogFreeVectorTuples(Relation index, Buffer vecbuf, OffsetNumber *offsets,
+                                      int noffsets, Buffer metabuf, bool count_vectors);
+BlockNumber GpuivfDirPageOf(const GpuivfMetaPageData *meta, int list);
+
+/* gpuivfmeta.cpp */
+void        GpuivfCheckMaxDims(int dims);   /* 54000 above gpuivf::kMaxDims */
+const char *GpuivfMetricName(int metric);
+
+/* gpuivfbuild.cpp: options resolved against the data (pq_m must divide dims) */
+int         GpuivfResolvePqM(Relation index, int pq_m_option, int dims);
+
+/* gpuivffuncs.cpp: SQL functions (the install script references them) */
+extern "C" {
+Datum       gpuivf_index_info(PG_FUNCTION_ARGS);
+Datum       gpuivf_verify(PG_FUNCTION_ARGS);
+}
+
+/* ============================================ end of pg-storage section */
+
+#endif                          /* GPUIVF_H */

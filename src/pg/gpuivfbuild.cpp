@@ -1,0 +1,607 @@
+/*
+ * gpuivfbuild.cpp — ambuild and ambuildempty.
+ *
+ * CREATE INDEX / REINDEX:
+ *   1. metapage placeholder at block 0;
+ *   2. scan the heap once, keeping a reservoir sample of prepared vectors
+ *      (dims come from the first non-NULL vector, every later one must match);
+ *   3. no rows: write an untrained metapage (NOTICE with HINT) and stop;
+ *   4. k-means on the sample (coarse centroids), residuals against the
+ *      nearest centroid, PQ codebooks on the residuals; raw pages for both;
+ *   5. scan the heap again, encoding batches (ivfpq_encode, GEMM) and writing
+ *      vector tuples in heap order; (list, id, code) go to a tuplesort;
+ *   6. write each list's entries as one chain of consecutive pages, then the
+ *      directory, then the final metapage;
+ *   7. log every page with log_newpage_range when the index needs WAL.
+ * Pages are written without WAL through gpuivfpage.cpp's build writer.
+ * The engine runs with no buffer lock held; it polls GpuivfShouldCancel and
+ * returns kCanceled, after which we let CHECK_FOR_INTERRUPTS raise.
+ */
+#include "gpuivf.h"
+
+#include <cmath>
+
+#include "access/relscan.h"
+#include "access/tableam.h"
+#include "catalog/index.h"
+#include "catalog/pg_operator_d.h"
+#include "catalog/pg_type_d.h"
+#include "commands/progress.h"
+#include "common/pg_prng.h"
+#include "executor/tuptable.h"
+#include "miscadmin.h"
+#include "optimizer/plancat.h"
+#include "port.h"
+#include "utils/backend_progress.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/timestamp.h"
+#include "utils/tuplesort.h"
+
+/* Fixed seeds: the same heap and options always give the same index. */
+#define GPUIVF_SAMPLE_SEED  UINT64CONST(0x6770756976660001)
+#define GPUIVF_TRAIN_SEED   UINT64CONST(0x6770756976660002)
+
+#define GPUIVF_MIN_SAMPLE           25600   /* rows, whatever the lists */
+#define GPUIVF_SAMPLE_PER_LIST      50
+#define GPUIVF_ENCODE_BATCH         4096    /* rows per ivfpq_encode call */
+
+typedef struct GpuivfBuildState
+{
+    Relation    heap;
+    Relation    index;
+    ForkNumber  forknum;
+    gpuivf::Metric metric;
+    GpuivfOptions *opts;
+    int         dims;           /* 0 until the first non-NULL vector */
+
+    /* sampling scan */
+    int64       rows;           /* non-NULL vectors seen */
+    int64       sample_target;
+    int64       sample_cap;     /* target bounded by maintenance_work_mem */
+    int64       sample_n;
+    float      *sample;         /* sample_cap * dims, prepared space */
+    pg_prng_state prng;
+
+    /* model */
+    int         lists;
+    int         pq_m;
+    int         pq_bits;
+    int         code_size;
+    float      *centroids;
+    float      *centroid_norms;
+    float      *codebook;
+    gpuivf::IvfPqModel model;
+
+    /* encoding scan */
+    bool        stores_vectors; /* rerank: vector tuples + entries point at them */
+    int         batch_cap;
+    int         batch_n;
+    float      *batch_raw;      /* as given, for vector tuples */
+    float      *batch_prep;     /* prepared, for the engine */
+    ItemPointerData *batch_tids;
+    int32      *labels;
+    uint8      *codes;
+    GpuivfVectorTuple *vtuple;  /* one reusable vector tuple */
+    bytea      *code_datum;     /* one reusable code for the sort */
+    Tuplesortstate *sort;
+    TupleDesc   sortdesc;
+    TupleTableSlot *putslot;
+    GpuivfPageWriter vecw;
+    int64       encoded;
+
+    MemoryContext rowctx;       /* reset after every row */
+} GpuivfBuildState;
+
+/* Raise an engine error (after letting a pending interrupt raise first). */
+static void
+CheckEngine(const gpuivf::Status &status)
+{
+    if (gpuivf::ok(status))
+        return;
+    if (status.code == gpuivf::kCanceled)
+        CHECK_FOR_INTERRUPTS();
+    GpuivfRaiseStatus(status);
+}
+
+/* The cancel hook every long engine call gets. */
+static gpuivf::CancelHook
+BuildCancelHook(void)
+{
+    gpuivf::CancelHook hook;
+
+    hook.should_cancel = GpuivfShouldCancel;
+    hook.arg = NULL;
+    return hook;
+}
+
+/* pg_stat_progress_create_index.subphase names. */
+char *
+gpuivfbuildphasename(int64 phasenum)
+{
+    switch (phasenum)
+    {
+        case PROGRESS_CREATEIDX_SUBPHASE_INITIALIZE:
+            return (char *) "initializing";
+        case GPUIVF_PHASE_SAMPLE:
+            return (char *) "sampling table";
+        case GPUIVF_PHASE_KMEANS:
+            return (char *) "training coarse quantizer";
+        case GPUIVF_PHASE_PQ:
+            return (char *) "training product quantizer";
+        case GPUIVF_PHASE_ENCODE:
+            return (char *) "encoding vectors";
+        case GPUIVF_PHASE_WRITE:
+            return (char *) "writing lists";
+        default:
+            return NULL;
+    }
+}
+
+/* pq_m for dims: the option when it divides dims, automatic when 0. */
+int
+GpuivfResolvePqM(Relation index, int pq_m_option, int dims)
+{
+    if (pq_m_option == 0)
+        return gpuivf::pq_auto_m(dims);
+    if (pq_m_option > dims || dims % pq_m_option != 0 || pq_m_option > gpuivf::kMaxPqM)
+        ereport(ERROR,
+                (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                 errmsg("pq_m must divide the number of dimensions"),
+                 errdetail("Index \"%s\" has pq_m = %d and its vectors have %d dimensions.",
+                           RelationGetRelationName(index), pq_m_option, dims),
+                 errhint("Choose a divisor of %d for pq_m, or set pq_m = 0 to choose one automatically.",
+                         dims)));
+    return pq_m_option;
+}
+
+/* A metapage with nothing trained: dims 0 until a first row fixes them. */
+static void
+FillUntrainedMeta(Relation index, GpuivfOptions *opts, GpuivfMetaPageData *meta)
+{
+    memset(meta, 0, sizeof(*meta));
+    meta->magic = GPUIVF_MAGIC;
+    meta->version = GPUIVF_FORMAT_VERSION;
+    meta->metric = (uint16) GpuivfGetMetric(index);
+    meta->flags = opts->rerank ? GPUIVF_META_RERANK : 0;
+    meta->pq_bits = (uint16) opts->pq_bits;
+    meta->generation = 1;
+    meta->centroid_start = InvalidBlockNumber;
+    meta->codebook_start = InvalidBlockNumber;
+    meta->directory_start = InvalidBlockNumber;
+    meta->vector_insert_page = InvalidBlockNumber;
+}
+
+/* A fresh, non-zero identifier of one trained model (caches key on it). */
+static uint64
+NewTrainId(void)
+{
+    uint64      id = 0;
+
+    if (!pg_strong_random(&id, sizeof(id)))
+        id = (uint64) GetCurrentTimestamp() ^ ((uint64) MyProcPid << 32);
+    return id != 0 ? id : 1;
+}
+
+/* ------------------------------------------------------------ sampling */
+
+/* Fix dims on the first vector and size the reservoir for them. */
+static void
+AcceptFirstDims(GpuivfBuildState *bs, int dims)
+{
+    Size        budget = (Size) maintenance_work_mem * 1024 / 2;
+    int64       cap = (int64) (budget / ((Size) dims * sizeof(float)));
+
+    GpuivfCheckMaxDims(dims);
+    bs->dims = dims;
+    bs->sample_cap = Max((int64) 1, Min(bs->sample_target, cap));
+    bs->sample = (float *) palloc_extended((Size) bs->sample_cap * dims * sizeof(float),
+                                           MCXT_ALLOC_HUGE);
+}
+
+/* table_index_build_scan callback of the sampling scan (Algorithm R). */
+static void
+SampleCallback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
+               bool tupleIsAlive, void *arg)
+{
+    GpuivfBuildState *bs = (GpuivfBuildState *) arg;
+    MemoryContext old;
+    float4     *x;
+    int         dims;
+    int64       slot = -1;
+
+    if (isnull[0])
+        return;
+    old = MemoryContextSwitchTo(bs->rowctx);
+    x = GpuivfDatumGetVector(values[0], &dims);
+    MemoryContextSwitchTo(old);
+    if (bs->dims == 0)
+        AcceptFirstDims(bs, dims);
+    else
+        GpuivfCheckDims(bs->dims, dims);
+
+    if (bs->sample_n < bs->sample_cap)
+        slot = bs->sample_n++;
+    else
+    {
+        uint64      j = pg_prng_uint64_range(&bs->prng, 0, (uint64) bs->rows);
+
+        if (j < (uint64) bs->sample_cap)
+            slot = (int64) j;
+    }
+    if (slot >= 0)
+        gpuivf::prepare_vector(bs->metric, x, bs->sample + slot * bs->dims, bs->dims);
+    bs->rows++;
+    MemoryContextReset(bs->rowctx);
+}
+
+/* Rows the planner would guess for the heap, to size the sample. */
+static double
+EstimateHeapRows(Relation heap)
+{
+    BlockNumber pages;
+    double      tuples;
+    double      allvisfrac;
+
+    estimate_rel_size(heap, NULL, &pages, &tuples, &allvisfrac);
+    return tuples;
+}
+
+/* ------------------------------------------------------------ training */
+
+/* k-means, residuals, PQ codebooks; frees the sample. */
+static void
+TrainModel(GpuivfBuildState *bs)
+{
+    gpuivf::CancelHook cancel = BuildCancelHook();
+    gpuivf::KMeansParams params = gpuivf::kmeans_default_params();
+    int64       n = bs->sample_n;
+    int         d = bs->dims;
+    int32      *labels;
+    Size        codebook_floats;
+
+    pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, GPUIVF_PHASE_KMEANS);
+    params.seed = GPUIVF_TRAIN_SEED;
+    bs->centroids = (float *) palloc_extended((Size) bs->lists * d * sizeof(float),
+                                              MCXT_ALLOC_HUGE);
+    bs->centroid_norms = (float *) palloc((Size) bs->lists * sizeof(float));
+    CheckEngine(gpuivf::kmeans_train(bs->sample, n, d, bs->lists, params, bs->centroids,
+                                     &cancel));
+    gpuivf::row_norms(bs->centroids, bs->lists, d, bs->centroid_norms);
+
+    pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, GPUIVF_PHASE_PQ);
+    labels = (int32 *) palloc_extended((Size) n * sizeof(int32), MCXT_ALLOC_HUGE);
+    CheckEngine(gpuivf::assign_nearest(bs->centroids, bs->centroid_norms, bs->lists, d,
+                                       bs->sample, n, labels, NULL, &cancel));
+    for (int64 i = 0; i < n; i++)
+    {
+        float      *x = bs->sample + i * d;
+        const float *c = bs->centroids + (int64) labels[i] * d;
+
+        for (int j = 0; j < d; j++)
+            x[j] -= c[j];
+    }
+    codebook_floats = (Size) bs->pq_m * ((Size) 1 << bs->pq_bits) * (d / bs->pq_m);
+    bs->codebook = (float *) palloc_extended(codebook_floats * sizeof(float), MCXT_ALLOC_HUGE);
+    CheckEngine(gpuivf::pq_train(bs->sample, n, d, bs->pq_m, bs->pq_bits, GPUIVF_TRAIN_SEED,
+                                 bs->codebook, &cancel));
+    pfree(labels);
+    pfree(bs->sample);
+    bs->sample = NULL;
+
+    bs->model.metric = bs->metric;
+    bs->model.d = d;
+    bs->model.nlist = bs->lists;
+    bs->model.m = bs->pq_m;
+    bs->model.nbits = bs->pq_bits;
+    bs->model.centroids = bs->centroids;
+    bs->model.centroid_norms = bs->centroid_norms;
+    bs->model.codebook = bs->codebook;
+}
+
+/* ------------------------------------------------------------ encoding */
+
+/* Sort (list, id) with the code as payload. */
+static void
+StartSort(GpuivfBuildState *bs)
+{
+    AttrNumber  attnums[2] = {1, 2};
+    Oid         sortops[2] = {Int4LessOperator, Int8LessOperator};
+    Oid         collations[2] = {InvalidOid, InvalidOid};
+    bool        nullsfirst[2] = {false, false};
+
+    bs->sortdesc = CreateTemplateTupleDesc(3);
+    TupleDescInitEntry(bs->sortdesc, (AttrNumber) 1, "list", INT4OID, -1, 0);
+    TupleDescInitEntry(bs->sortdesc, (AttrNumber) 2, "id", INT8OID, -1, 0);
+    TupleDescInitEntry(bs->sortdesc, (AttrNumber) 3, "code", BYTEAOID, -1, 0);
+    bs->sort = tuplesort_begin_heap(bs->sortdesc, 2, attnums, sortops, collations, nullsfirst,
+                                    maintenance_work_mem, NULL, TUPLESORT_NONE);
+    bs->putslot = MakeSingleTupleTableSlot(bs->sortdesc, &TTSOpsVirtual);
+}
+
+/* Buffers of one encoding batch, bounded by a quarter of maintenance_work_mem. */
+static void
+StartEncoding(GpuivfBuildState *bs)
+{
+    Size        per_row = (Size) bs->dims * sizeof(float) * 2 + bs->code_size + 16;
+    Size        budget = (Size) maintenance_work_mem * 1024 / 4;
+    int64       cap = (int64) (budget / per_row);
+
+    bs->batch_cap = (int) Max((int64) 64, Min((int64) GPUIVF_ENCODE_BATCH, cap));
+    bs->batch_n = 0;
+    bs->batch_raw = (float *) palloc((Size) bs->batch_cap * bs->dims * sizeof(float));
+    bs->batch_prep = (float *) palloc((Size) bs->batch_cap * bs->dims * sizeof(float));
+    bs->batch_tids = (ItemPointerData *) palloc((Size) bs->batch_cap * sizeof(ItemPointerData));
+    bs->labels = (int32 *) palloc((Size) bs->batch_cap * sizeof(int32));
+    bs->codes = (uint8 *) palloc((Size) bs->batch_cap * bs->code_size);
+    bs->vtuple = (GpuivfVectorTuple *) palloc0(GPUIVF_VECTOR_TUPLE_SIZE(bs->dims));
+    bs->code_datum = (bytea *) palloc0(VARHDRSZ + bs->code_size);
+    SET_VARSIZE(bs->code_datum, VARHDRSZ + bs->code_size);
+    GpuivfWriterInit(&bs->vecw, bs->index, bs->forknum, GPUIVF_PAGE_VECTOR, false);
+    bs->encoded = 0;
+    StartSort(bs);
+}
+
+/* Encode the batch (no lock held), write its vector tuples, feed the sort. */
+static void
+FlushBatch(GpuivfBuildState *bs)
+{
+    gpuivf::CancelHook cancel = BuildCancelHook();
+    Size        vsize = GPUIVF_VECTOR_TUPLE_SIZE(bs->dims);
+    TupleTableSlot *slot = bs->putslot;
+
+    if (bs->batch_n == 0)
+        return;
+    CheckEngine(gpuivf::ivfpq_encode(bs->model, bs->batch_prep, bs->batch_n, bs->labels,
+                                     bs->codes, &cancel));
+    for (int i = 0; i < bs->batch_n; i++)
+    {
+        ItemPointerData id_tid = bs->batch_tids[i];
+
+        if (bs->stores_vectors)
+        {
+            bs->vtuple->heaptid = bs->batch_tids[i];
+            memcpy(bs->vtuple->x, bs->batch_raw + (Size) i * bs->dims,
+                   sizeof(float) * bs->dims);
+            GpuivfWriterAdd(&bs->vecw, bs->vtuple, vsize, &id_tid);
+        }
+        memcpy(VARDATA(bs->code_datum), bs->codes + (Size) i * bs->code_size, bs->code_size);
+        ExecClearTuple(slot);
+        slot->tts_values[0] = Int32GetDatum(bs->labels[i]);
+        slot->tts_values[1] = Int64GetDatum((int64) GpuivfTidToId(&id_tid));
+        slot->tts_values[2] = PointerGetDatum(bs->code_datum);
+        slot->tts_isnull[0] = slot->tts_isnull[1] = slot->tts_isnull[2] = false;
+        ExecStoreVirtualTuple(slot);
+        tuplesort_puttupleslot(bs->sort, slot);
+    }
+    GpuivfWriterPause(&bs->vecw);
+    bs->encoded += bs->batch_n;
+    bs->batch_n = 0;
+    pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, bs->encoded);
+}
+
+/* table_index_build_scan callback of the encoding scan. */
+static void
+EncodeCallback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
+               bool tupleIsAlive, void *arg)
+{
+    GpuivfBuildState *bs = (GpuivfBuildState *) arg;
+    MemoryContext old;
+    float4     *x;
+    int         dims;
+    int         i;
+
+    if (isnull[0])
+        return;
+    old = MemoryContextSwitchTo(bs->rowctx);
+    x = GpuivfDatumGetVector(values[0], &dims);
+    MemoryContextSwitchTo(old);
+    GpuivfCheckDims(bs->dims, dims);
+    i = bs->batch_n++;
+    memcpy(bs->batch_raw + (Size) i * bs->dims, x, sizeof(float) * bs->dims);
+    gpuivf::prepare_vector(bs->metric, x, bs->batch_prep + (Size) i * bs->dims, bs->dims);
+    bs->batch_tids[i] = *tid;
+    MemoryContextReset(bs->rowctx);
+    if (bs->batch_n == bs->batch_cap)
+        FlushBatch(bs);
+}
+
+/* Write every list as one chain, in list order; fills dir[lists]. */
+static void
+WriteLists(GpuivfBuildState *bs, GpuivfListDirEntry *dir)
+{
+    Size        esize = GPUIVF_LIST_ENTRY_SIZE(bs->code_size);
+    GpuivfListEntry *entry = (GpuivfListEntry *) palloc0(esize);
+    TupleTableSlot *slot = MakeSingleTupleTableSlot(bs->sortdesc, &TTSOpsMinimalTuple);
+    GpuivfPageWriter lw;
+    int         cur = -1;
+    int64       written = 0;
+
+    pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, GPUIVF_PHASE_WRITE);
+    for (int l = 0; l < bs->lists; l++)
+    {
+        dir[l].head = dir[l].tail = dir[l].insert_page = InvalidBlockNumber;
+        dir[l].count = 0;
+    }
+    tuplesort_performsort(bs->sort);
+    GpuivfWriterInit(&lw, bs->index, bs->forknum, GPUIVF_PAGE_LIST, true);
+    while (tuplesort_gettupleslot(bs->sort, true, false, slot, NULL))
+    {
+        bool        isnull;
+        int         list = DatumGetInt32(slot_getattr(slot, 1, &isnull));
+        uint64      id = (uint64) DatumGetInt64(slot_getattr(slot, 2, &isnull));
+        bytea      *code = DatumGetByteaPP(slot_getattr(slot, 3, &isnull));
+
+        if (list < 0 || list >= bs->lists || VARSIZE_ANY_EXHDR(code) != (Size) bs->code_size)
+            elog(ERROR, "gpuivf build sorted an invalid entry");
+        if (list != cur)
+        {
+            if (cur >= 0)
+                dir[cur].tail = dir[cur].insert_page = lw.blkno;
+            GpuivfWriterNewChain(&lw);
+            cur = list;
+        }
+        GpuivfIdToTid(id, &entry->tid);
+        memcpy(entry->code, VARDATA_ANY(code), bs->code_size);
+        GpuivfWriterAdd(&lw, entry, esize, NULL);
+        if (dir[cur].head == InvalidBlockNumber)
+            dir[cur].head = lw.chain_head;
+        dir[cur].count++;
+        if (++written % 4096 == 0)
+            CHECK_FOR_INTERRUPTS();
+    }
+    if (cur >= 0)
+        dir[cur].tail = dir[cur].insert_page = lw.blkno;
+    GpuivfWriterPause(&lw);
+    ExecDropSingleTupleTableSlot(slot);
+    tuplesort_end(bs->sort);
+    bs->sort = NULL;
+    pfree(entry);
+}
+
+/* ------------------------------------------------------------ the build */
+
+/* Pick lists and pq_m for the rows seen; NOTICE when lists outnumber rows. */
+static void
+ResolveModelShape(GpuivfBuildState *bs)
+{
+    bs->lists = bs->opts->lists > 0 ? bs->opts->lists : gpuivf::auto_lists(bs->rows);
+    bs->lists = Min(bs->lists, gpuivf::kMaxLists);
+    bs->pq_m = GpuivfResolvePqM(bs->index, bs->opts->pq_m, bs->dims);
+    bs->pq_bits = bs->opts->pq_bits;
+    bs->code_size = gpuivf::pq_code_size(bs->pq_m, bs->pq_bits);
+    if (bs->rows < bs->lists)
+        ereport(NOTICE,
+                (errmsg("gpuivf index \"%s\" has fewer rows than lists",
+                        RelationGetRelationName(bs->index)),
+                 errdetail("The table has %lld rows with a vector for %d lists, so some lists stay empty and recall suffers.",
+                           (long long) bs->rows, bs->lists),
+                 errhint("Create the index after loading the data, or choose fewer lists.")));
+}
+
+/* Build a trained index: model pages, vectors, lists, directory, meta. */
+static void
+BuildTrained(GpuivfBuildState *bs, IndexInfo *indexInfo, double *reltuples)
+{
+    GpuivfMetaPageData meta;
+    GpuivfListDirEntry *dir;
+    Size        codebook_floats;
+
+    ResolveModelShape(bs);
+    TrainModel(bs);
+
+    FillUntrainedMeta(bs->index, bs->opts, &meta);
+    meta.flags |= GPUIVF_META_TRAINED;
+    meta.dims = (uint32) bs->dims;
+    meta.lists = (uint32) bs->lists;
+    meta.pq_m = (uint16) bs->pq_m;
+    meta.pq_bits = (uint16) bs->pq_bits;
+    meta.code_size = (uint16) bs->code_size;
+    meta.train_id = NewTrainId();
+    codebook_floats = (Size) bs->pq_m * ((Size) 1 << bs->pq_bits) * (bs->dims / bs->pq_m);
+    GpuivfWriteRawPages(bs->index, bs->forknum, GPUIVF_PAGE_CENTROIDS, bs->centroids,
+                        (Size) bs->lists * bs->dims * sizeof(float), &meta.centroid_start,
+                        &meta.centroid_pages);
+    GpuivfWriteRawPages(bs->index, bs->forknum, GPUIVF_PAGE_CODEBOOK, bs->codebook,
+                        codebook_floats * sizeof(float), &meta.codebook_start,
+                        &meta.codebook_pages);
+
+    pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, GPUIVF_PHASE_ENCODE);
+    pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_TOTAL, bs->rows);
+    bs->stores_vectors = bs->opts->rerank;
+    StartEncoding(bs);
+    *reltuples = table_index_build_scan(bs->heap, bs->index, indexInfo, true, true,
+                                        EncodeCallback, (void *) bs, NULL);
+    FlushBatch(bs);
+    meta.vector_insert_page = bs->vecw.blkno;
+
+    dir = (GpuivfListDirEntry *) palloc_extended((Size) bs->lists * sizeof(GpuivfListDirEntry),
+                                                 MCXT_ALLOC_HUGE);
+    WriteLists(bs, dir);
+    GpuivfWriteRawPages(bs->index, bs->forknum, GPUIVF_PAGE_DIRECTORY, dir,
+                        (Size) bs->lists * sizeof(GpuivfListDirEntry), &meta.directory_start,
+                        &meta.directory_pages);
+    meta.vectors = (uint64) bs->encoded;
+    GpuivfBuildPutMeta(bs->index, bs->forknum, &meta);
+}
+
+/* The heap has no vector: an untrained index that REINDEX will train. */
+static void
+BuildUntrained(GpuivfBuildState *bs)
+{
+    GpuivfMetaPageData meta;
+
+    FillUntrainedMeta(bs->index, bs->opts, &meta);
+    GpuivfBuildPutMeta(bs->index, bs->forknum, &meta);
+    ereport(NOTICE,
+            (errmsg("gpuivf index \"%s\" is not trained because the table has no vectors",
+                    RelationGetRelationName(bs->index)),
+             errdetail("Until it is rebuilt, the index stores every vector and answers queries by exact search."),
+             errhint("Run REINDEX INDEX %s after loading representative data.",
+                     RelationGetRelationName(bs->index))));
+}
+
+/* ambuild: see the file comment. */
+IndexBuildResult *
+gpuivfbuild(Relation heap, Relation index, IndexInfo *indexInfo)
+{
+    IndexBuildResult *result = (IndexBuildResult *) palloc0(sizeof(IndexBuildResult));
+    MemoryContext buildctx;
+    MemoryContext old;
+    GpuivfBuildState *bs;
+    GpuivfMetaPageData placeholder;
+    double      reltuples;
+    int         lists_guess;
+
+    if (RelationGetNumberOfBlocks(index) != 0)
+        elog(ERROR, "index \"%s\" already contains data", RelationGetRelationName(index));
+    gpuivf::init_blas_single_threaded();
+
+    buildctx = AllocSetContextCreate(CurrentMemoryContext, "gpuivf build",
+                                     ALLOCSET_DEFAULT_SIZES);
+    old = MemoryContextSwitchTo(buildctx);
+    bs = (GpuivfBuildState *) palloc0(sizeof(GpuivfBuildState));
+    bs->heap = heap;
+    bs->index = index;
+    bs->forknum = MAIN_FORKNUM;
+    bs->metric = GpuivfGetMetric(index);
+    bs->opts = GpuivfGetOptions(index);
+    bs->rowctx = AllocSetContextCreate(buildctx, "gpuivf build row", ALLOCSET_DEFAULT_SIZES);
+    pg_prng_seed(&bs->prng, GPUIVF_SAMPLE_SEED);
+
+    /* the metapage must be block 0; it is rewritten at the end */
+    FillUntrainedMeta(index, bs->opts, &placeholder);
+    GpuivfBuildPutMeta(index, bs->forknum, &placeholder);
+
+    pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, GPUIVF_PHASE_SAMPLE);
+    lists_guess = bs->opts->lists > 0 ? bs->opts->lists
+        : gpuivf::auto_lists((int64) Max(EstimateHeapRows(heap), 0.0));
+    bs->sample_target = Max((int64) GPUIVF_MIN_SAMPLE,
+                            (int64) GPUIVF_SAMPLE_PER_LIST * lists_guess);
+    reltuples = table_index_build_scan(heap, index, indexInfo, true, true, SampleCallback,
+                                       (void *) bs, NULL);
+
+    if (bs->rows == 0)
+        BuildUntrained(bs);
+    else
+        BuildTrained(bs, indexInfo, &reltuples);
+
+    GpuivfBuildLogPages(index, bs->forknum);
+    result->heap_tuples = reltuples;
+    result->index_tuples = (double) (bs->rows == 0 ? 0 : bs->encoded);
+
+    MemoryContextSwitchTo(old);
+    MemoryContextDelete(buildctx);
+    return result;
+}
+
+/* ambuildempty: an unlogged index's init fork is an untrained metapage. */
+void
+gpuivfbuildempty(Relation index)
+{
+    GpuivfMetaPageData meta;
+
+    FillUntrainedMeta(index, GpuivfGetOptions(index), &meta);
+    GpuivfBuildPutMeta(index, INIT_FORKNUM, &meta);
+    GpuivfBuildLogPages(index, INIT_FORKNUM);
+}

@@ -1,0 +1,134 @@
+/*
+ * gpuivfcost.cpp — amcostestimate: what a gpuivf scan costs the planner.
+ *
+ * An index scan is only useful for ORDER BY col <op> constant; without an
+ * ordering the path gets a prohibitive cost.  With one, the startup cost is
+ * the work of round 1 (probing, reading the probed list pages, ADC scoring,
+ * reading R vector tuples and re-ranking them) or, in exact mode, reading and
+ * sorting every vector; the total cost adds what streaming every further row
+ * would take.  With LIMIT k the planner charges startup plus a k/rows share of
+ * the rest, so kNN queries on large tables use the index while tiny tables,
+ * where reading R vector tuples costs more than reading the heap, keep their
+ * sequential scan.
+ */
+#include "gpuivf.h"
+
+#include <cmath>
+
+#include "access/relation.h"
+#include "optimizer/cost.h"
+#include "optimizer/optimizer.h"
+#include "utils/selfuncs.h"
+#include "utils/spccache.h"
+
+/* Pages needed for n items of item_bytes (plus line pointer) each. */
+static double
+GpuivfPagesFor(double n, double item_bytes)
+{
+    double      per_page = floor(GPUIVF_PAGE_CAPACITY / (item_bytes + sizeof(ItemIdData)));
+
+    if (per_page < 1)
+        per_page = 1;
+    return ceil(n / per_page);
+}
+
+/* The planner's cost of a gpuivf index path (see the file comment). */
+void
+gpuivfcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
+                   Cost *indexStartupCost, Cost *indexTotalCost,
+                   Selectivity *indexSelectivity, double *indexCorrelation,
+                   double *indexPages)
+{
+    IndexOptInfo *index = path->indexinfo;
+    GenericCosts costs;
+    GpuivfMetaPageData meta;
+    Relation    rel;
+    double      tuples;
+    double      dims;
+    bool        trained;
+    bool        stores_vectors;
+    double      vector_pages;
+    double      list_pages = 0;
+    double      random_page_cost;
+    double      seq_page_cost;
+    Cost        startup;
+    Cost        total;
+    double      pages_read;
+
+    /* without ORDER BY an index scan cannot help at all */
+    if (path->indexorderbys == NIL)
+    {
+        *indexStartupCost = disable_cost;
+        *indexTotalCost = disable_cost;
+        *indexSelectivity = 1.0;
+        *indexCorrelation = 0;
+        *indexPages = 0;
+        return;
+    }
+
+    rel = index_open(index->indexoid, NoLock);
+    GpuivfReadMeta(rel, &meta);
+    index_close(rel, NoLock);
+
+    tuples = index->tuples > 0 ? index->tuples : index->rel->tuples;
+    tuples = Max(tuples, 1.0);
+    dims = Max((double) meta.dims, 1.0);
+    trained = (meta.flags & GPUIVF_META_TRAINED) != 0 && meta.lists > 0;
+    stores_vectors = !trained || (meta.flags & GPUIVF_META_RERANK) != 0;
+    vector_pages = stores_vectors ? GpuivfPagesFor(tuples, GPUIVF_VECTOR_TUPLE_SIZE((int) dims)) : 0;
+    if (trained)
+        list_pages = GpuivfPagesFor(tuples, GPUIVF_LIST_ENTRY_SIZE(meta.code_size));
+
+    get_tablespace_page_costs(index->reltablespace, &random_page_cost, &seq_page_cost);
+
+    /* selectivity and the other generic parts (no quals: everything) */
+    memset(&costs, 0, sizeof(costs));
+    costs.numIndexTuples = tuples;
+    genericcostestimate(root, path, loop_count, &costs);
+
+    if (!trained || (stores_vectors && GpuivfScanProbes((int) meta.lists) >= (int) meta.lists))
+    {
+        /* exact mode: every vector, one distance each, then a full sort */
+        startup = vector_pages * seq_page_cost
+            + tuples * (cpu_index_tuple_cost + cpu_operator_cost)
+            + tuples * log2(Max(tuples, 2.0)) * 2.0 * cpu_operator_cost;
+        total = startup + tuples * cpu_index_tuple_cost;
+        pages_read = vector_pages;
+    }
+    else
+    {
+        double      nlist = meta.lists;
+        double      nprobe = GpuivfScanProbes((int) meta.lists);
+        double      fraction = Min(nprobe / nlist, 1.0);
+        double      probed_pages = ceil(list_pages * fraction);
+        double      scored = tuples * fraction;
+        double      rerank = Min((double) Max(gpuivf_rerank_candidates, 1), scored);
+        double      rerank_pages = 0;
+        double      ksub = (double) (1 << meta.pq_bits);
+
+        /* probing and one look-up table per probed list */
+        startup = nlist * cpu_operator_cost + nprobe * ksub * cpu_operator_cost;
+        /* the first page of a list is a random read, the rest follow it */
+        startup += nprobe * random_page_cost + Max(probed_pages - nprobe, 0.0) * seq_page_cost;
+        /* ADC: a handful of table look-ups per entry */
+        startup += scored * (cpu_index_tuple_cost + 0.5 * cpu_operator_cost);
+        if (stores_vectors)
+        {
+            rerank_pages = index_pages_fetched(rerank, (BlockNumber) vector_pages,
+                                               (double) vector_pages, root);
+            startup += rerank_pages * random_page_cost + rerank * cpu_operator_cost;
+        }
+        startup += rerank * log2(Max(rerank, 2.0)) * 2.0 * cpu_operator_cost;
+
+        /* streaming every other row: all lists again, all vectors */
+        total = startup + list_pages * seq_page_cost + vector_pages * random_page_cost
+            + tuples * (cpu_index_tuple_cost + 1.5 * cpu_operator_cost);
+        pages_read = probed_pages + rerank_pages;
+    }
+
+    *indexStartupCost = startup;
+    *indexTotalCost = total;
+    *indexSelectivity = costs.indexSelectivity;
+    *indexCorrelation = 0;
+    *indexPages = pages_read;
+}

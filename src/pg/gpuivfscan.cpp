@@ -1,0 +1,831 @@
+/*
+ * gpuivfscan.cpp — index scans: ORDER BY col <op> constant, answered in
+ * rounds on the CPU.
+ *
+ *  round 1   the nprobe best lists; every entry is ADC-scored into a TopK of
+ *            R = gpuivf.rerank_candidates; the R candidates are re-ranked
+ *            with exact distances (vector tuples) and returned sorted.
+ *  revisit   when the executor wants more: all entries of the round-1 lists
+ *            in ADC order, minus those already returned, in chunks of R, each
+ *            chunk re-ranked and sorted.
+ *  more      further rounds over the remaining lists in probe order, each
+ *            round as many lists as all rounds before it (nprobe doubles),
+ *            until every list was visited: every indexed row is reachable.
+ *  exact     when nprobe covers every list and the index stores vectors, or
+ *            the index is untrained: exact distances of all vector tuples,
+ *            fully sorted — the same order as a sequential scan.
+ *
+ * Without stored vectors (rerank = false) rows come in ADC order with the
+ * ADC distance.  Returned distances are the order-by values, and the
+ * executor does not recheck them.
+ *
+ * Memory: everything lives in palloc'd plain arrays, in a context of the
+ * scan (scan_ctx) and a child reset at every rescan (query_ctx).  The model
+ * (rd_amcache) is fetched again in each phase that needs it, because a
+ * relcache flush between two gettuple calls may free it.
+ *
+ * Later issues slot in here: the planner (issue 6) sets limit_hint so that
+ * round 1 asks for what the query needs, and a GPU worker (issue 4) answers
+ * GpuivfScanRoundOne's probe + ADC + k-selection for a batch of queries.
+ */
+#include "gpuivf.h"
+
+#include <cmath>
+
+#include "access/relscan.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/bufmgr.h"
+#include "utils/array.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+
+/* where a scan stands */
+typedef enum GpuivfScanPhase
+{
+    GPUIVF_PHASE_START,         /* nothing done since (re)scan */
+    GPUIVF_PHASE_REVISIT,       /* chunks from the round-1 lists */
+    GPUIVF_PHASE_MORE,          /* chunks from later rounds of lists */
+    GPUIVF_PHASE_DONE           /* nothing more to load */
+} GpuivfScanPhase;
+
+/* a row ready to be returned */
+typedef struct GpuivfResult
+{
+    double      distance;       /* SQL-visible distance (the order-by value) */
+    uint64      heapid;         /* heap TID, packed */
+} GpuivfResult;
+
+typedef struct GpuivfScanOpaqueData
+{
+    MemoryContext scan_ctx;     /* lives as long as the scan */
+    MemoryContext query_ctx;    /* reset at every rescan */
+    BufferAccessStrategy bas;   /* for exact scans over all pages */
+
+    /* the query, set by rescan (in query_ctx) */
+    bool        no_rows;        /* ORDER BY col <op> NULL */
+    float4     *query;          /* raw query vector */
+    int         query_dims;
+    int64       limit_hint;     /* rows the query needs, 0 = unknown (issue 6) */
+
+    /* fixed at the first gettuple of a (re)scan */
+    GpuivfScanPhase phase;
+    GpuivfMetaPageData meta;    /* metapage as the scan started */
+    gpuivf::Metric metric;
+    bool        rerank;         /* list entries point at vector tuples */
+    int         nlist;
+    int         nprobe;
+    int         rerank_k;       /* R: candidates per round-1 TopK and per chunk */
+    float4     *query_prepared; /* the vector that is ADC-scored */
+
+    /* lists: probe order and which were visited */
+    int32      *list_order;     /* best first */
+    int         list_order_len;
+    int         list_order_pos; /* next entry of list_order to consider */
+    bool       *visited;        /* nlist flags */
+    int         lists_visited;
+
+    /* per-page buffers of list entries */
+    int         page_capacity;
+    uint8      *page_codes;
+    uint64     *page_ids;
+    float      *lut;
+
+    /* all entries of the current revisit/more round, ADC order */
+    float      *cand_scores;
+    uint64     *cand_ids;
+    int64       ncand;
+    int64       cand_cap;
+    int64       cand_pos;
+
+    /* list-entry ids already handed to a chunk: [0, ndone_sorted) sorted */
+    uint64     *done_ids;
+    int64       ndone;
+    int64       ndone_sorted;
+    int64       done_cap;
+
+    /* rows to return, in order */
+    GpuivfResult *results;
+    int64       nresults;
+    int64       results_cap;
+    int64       results_pos;
+
+    /* scratch for one chunk */
+    uint64     *chunk_ids;
+    float      *chunk_scores;
+} GpuivfScanOpaqueData;
+
+/* ------------------------------------------------------------ helpers */
+
+/* Probes used when gpuivf.probes = 0: ceil(sqrt(lists)). */
+int
+GpuivfAutoProbes(int lists)
+{
+    if (lists <= 1)
+        return 1;
+    return (int) ceil(sqrt((double) lists));
+}
+
+/* The number of lists round 1 probes: the setting or the automatic value,
+ * within [1, lists]. */
+int
+GpuivfScanProbes(int lists)
+{
+    int         nprobe = gpuivf_probes > 0 ? gpuivf_probes : GpuivfAutoProbes(lists);
+
+    if (nprobe > lists)
+        nprobe = lists;
+    if (nprobe < 1)
+        nprobe = 1;
+    return nprobe;
+}
+
+/* Order of results: distance ascending with NaN last (as float8 sorts),
+ * then heap TID. */
+static int
+GpuivfCompareResults(const void *a, const void *b)
+{
+    const GpuivfResult *ra = (const GpuivfResult *) a;
+    const GpuivfResult *rb = (const GpuivfResult *) b;
+    bool        nan_a = std::isnan(ra->distance);
+    bool        nan_b = std::isnan(rb->distance);
+
+    if (nan_a != nan_b)
+        return nan_a ? 1 : -1;
+    if (!nan_a)
+    {
+        if (ra->distance < rb->distance)
+            return -1;
+        if (ra->distance > rb->distance)
+            return 1;
+    }
+    if (ra->heapid != rb->heapid)
+        return ra->heapid < rb->heapid ? -1 : 1;
+    return 0;
+}
+
+/* Ascending uint64. */
+static int
+GpuivfCompareIds(const void *a, const void *b)
+{
+    uint64      ia = *(const uint64 *) a;
+    uint64      ib = *(const uint64 *) b;
+
+    return ia < ib ? -1 : (ia > ib ? 1 : 0);
+}
+
+/* Makes room for n more results (query_ctx). */
+static void
+GpuivfReserveResults(GpuivfScanOpaque so, int64 n)
+{
+    if (so->nresults + n <= so->results_cap)
+        return;
+    int64       cap = Max(so->results_cap * 2, so->nresults + n);
+
+    cap = Max(cap, 64);
+    if (so->results == NULL)
+        so->results = (GpuivfResult *)
+            MemoryContextAllocHuge(so->query_ctx, sizeof(GpuivfResult) * cap);
+    else
+        so->results = (GpuivfResult *) repalloc_huge(so->results, sizeof(GpuivfResult) * cap);
+    so->results_cap = cap;
+}
+
+/* Makes room for n more collected candidates (query_ctx). */
+static void
+GpuivfReserveCandidates(GpuivfScanOpaque so, int64 n)
+{
+    if (so->ncand + n <= so->cand_cap)
+        return;
+    int64       cap = Max(so->cand_cap * 2, so->ncand + n);
+
+    cap = Max(cap, 1024);
+    if (so->cand_ids == NULL)
+    {
+        so->cand_ids = (uint64 *) MemoryContextAllocHuge(so->query_ctx, sizeof(uint64) * cap);
+        so->cand_scores = (float *) MemoryContextAllocHuge(so->query_ctx, sizeof(float) * cap);
+    }
+    else
+    {
+        so->cand_ids = (uint64 *) repalloc_huge(so->cand_ids, sizeof(uint64) * cap);
+        so->cand_scores = (float *) repalloc_huge(so->cand_scores, sizeof(float) * cap);
+    }
+    so->cand_cap = cap;
+}
+
+/* Remembers that n list-entry ids were handed to a chunk. */
+static void
+GpuivfAddDone(GpuivfScanOpaque so, const uint64 *ids, int64 n)
+{
+    if (so->ndone + n > so->done_cap)
+    {
+        int64       cap = Max(Max(so->done_cap * 2, so->ndone + n), 256);
+
+        if (so->done_ids == NULL)
+            so->done_ids = (uint64 *) MemoryContextAllocHuge(so->query_ctx, sizeof(uint64) * cap);
+        else
+            so->done_ids = (uint64 *) repalloc_huge(so->done_ids, sizeof(uint64) * cap);
+        so->done_cap = cap;
+    }
+    memcpy(so->done_ids + so->ndone, ids, sizeof(uint64) * n);
+    so->ndone += n;
+}
+
+/* Sorts the done set so that GpuivfIsDone can binary-search it. */
+static void
+GpuivfSortDone(GpuivfScanOpaque so)
+{
+    if (so->ndone > so->ndone_sorted)
+        qsort(so->done_ids, so->ndone, sizeof(uint64), GpuivfCompareIds);
+    so->ndone_sorted = so->ndone;
+}
+
+/* Was this list-entry id handed out before the current round? */
+static bool
+GpuivfIsDone(GpuivfScanOpaque so, uint64 id)
+{
+    int64       lo = 0;
+    int64       hi = so->ndone_sorted;
+
+    while (lo < hi)
+    {
+        int64       mid = lo + (hi - lo) / 2;
+
+        if (so->done_ids[mid] < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < so->ndone_sorted && so->done_ids[lo] == id;
+}
+
+/* Raises the index-corruption error for a page of the wrong kind. */
+static void
+GpuivfBadPage(Relation index, BlockNumber blkno, const char *expected)
+{
+    ereport(ERROR,
+            (errcode(ERRCODE_INDEX_CORRUPTED),
+             errmsg("index \"%s\" contains an unexpected page at block %u",
+                    RelationGetRelationName(index), blkno),
+             errdetail("A %s page was expected.", expected),
+             errhint("Please REINDEX it.")));
+}
+
+/* ------------------------------------------------------- list reading */
+
+/*
+ * Copies the live entries of one list page into the page buffers under a
+ * share lock; returns how many and sets *next to the next page of the chain.
+ */
+static int
+GpuivfReadListPage(Relation index, GpuivfScanOpaque so, BlockNumber blkno, BlockNumber *next)
+{
+    int         code_size = so->meta.code_size;
+    Buffer      buf;
+    Page        page;
+    OffsetNumber maxoff;
+    int         n = 0;
+
+    buf = ReadBufferExtended(index, MAIN_FORKNUM, blkno, RBM_NORMAL, NULL);
+    LockBuffer(buf, BUFFER_LOCK_SHARE);
+    page = BufferGetPage(buf);
+    if (!GpuivfPageIsType(page, GPUIVF_PAGE_LIST))
+        GpuivfBadPage(index, blkno, "list");
+
+    maxoff = PageGetMaxOffsetNumber(page);
+    if (maxoff > so->page_capacity)
+        GpuivfBadPage(index, blkno, "well-formed list");
+    for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off = OffsetNumberNext(off))
+    {
+        ItemId      iid = PageGetItemId(page, off);
+        GpuivfListEntry *entry;
+
+        if (!ItemIdIsNormal(iid))
+            continue;
+        if (ItemIdGetLength(iid) < offsetof(GpuivfListEntry, code) + code_size)
+            GpuivfBadPage(index, blkno, "well-formed list");
+        entry = (GpuivfListEntry *) PageGetItem(page, iid);
+        so->page_ids[n] = GpuivfTidToId(&entry->tid);
+        memcpy(so->page_codes + (size_t) n * code_size, entry->code, code_size);
+        n++;
+    }
+    *next = GpuivfPageGetOpaque(page)->nextblkno;
+    UnlockReleaseBuffer(buf);
+    return n;
+}
+
+/*
+ * ADC-scores every entry of one list: into topk when it is not null (round
+ * 1), else appended to the collected candidates.
+ */
+static void
+GpuivfScanList(Relation index, GpuivfScanOpaque so, const gpuivf::IvfPqModel &model, int list,
+               gpuivf::TopK *topk)
+{
+    GpuivfListDirEntry dir = GpuivfReadDirEntry(index, &so->meta, list);
+    BlockNumber blkno = dir.head;
+    float       bias;
+
+    if (!BlockNumberIsValid(blkno))
+        return;
+    gpuivf::ivfpq_build_lut(model, so->query_prepared, list, so->lut, &bias);
+
+    while (BlockNumberIsValid(blkno))
+    {
+        BlockNumber next;
+        int         n = GpuivfReadListPage(index, so, blkno, &next);
+
+        if (n > 0)
+        {
+            if (topk != NULL)
+                gpuivf::ivfpq_adc_scan(model, so->lut, bias, so->page_codes, so->page_ids, n,
+                                       topk);
+            else
+            {
+                GpuivfReserveCandidates(so, n);
+                gpuivf::ivfpq_adc_scores(model, so->lut, bias, so->page_codes, n,
+                                         so->cand_scores + so->ncand);
+                memcpy(so->cand_ids + so->ncand, so->page_ids, sizeof(uint64) * n);
+                so->ncand += n;
+            }
+        }
+        blkno = next;
+        CHECK_FOR_INTERRUPTS();
+    }
+}
+
+/* -------------------------------------------------------------- re-rank */
+
+/*
+ * Turns n candidates (list-entry ids with ADC scores) into sorted results:
+ * exact distances from their vector tuples when the index stores vectors,
+ * else the ADC distance.  Candidates whose vector tuple is gone (VACUUM
+ * freed it after we read the list page) are dropped.
+ */
+static void
+GpuivfRerank(Relation index, GpuivfScanOpaque so, const uint64 *ids, const float *scores, int n)
+{
+    int64       first = so->nresults;
+
+    GpuivfReserveResults(so, n);
+    if (!so->rerank)
+    {
+        for (int i = 0; i < n; i++)
+        {
+            GpuivfResult *r = &so->results[so->nresults++];
+
+            r->distance = gpuivf::ivfpq_score_to_distance(so->metric, scores[i]);
+            r->heapid = ids[i];
+        }
+    }
+    else
+    {
+        /* visit the vector tuples in block order, each page once */
+        uint64     *sorted = so->chunk_ids;
+        int         i = 0;
+        int         dims = so->meta.dims;
+
+        if (sorted != ids)
+            memcpy(sorted, ids, sizeof(uint64) * n);
+        qsort(sorted, n, sizeof(uint64), GpuivfCompareIds);
+        while (i < n)
+        {
+            BlockNumber blkno = (BlockNumber) (sorted[i] >> 16);
+            Buffer      buf;
+            Page        page;
+            OffsetNumber maxoff;
+
+            buf = ReadBufferExtended(index, MAIN_FORKNUM, blkno, RBM_NORMAL, NULL);
+            LockBuffer(buf, BUFFER_LOCK_SHARE);
+            page = BufferGetPage(buf);
+            if (!GpuivfPageIsType(page, GPUIVF_PAGE_VECTOR))
+                GpuivfBadPage(index, blkno, "vector");
+            maxoff = PageGetMaxOffsetNumber(page);
+            for (; i < n && (BlockNumber) (sorted[i] >> 16) == blkno; i++)
+            {
+                OffsetNumber off = (OffsetNumber) (sorted[i] & 0xFFFF);
+                ItemId      iid;
+                GpuivfVectorTuple *vt;
+                GpuivfResult *r;
+
+                if (off < FirstOffsetNumber || off > maxoff)
+                    continue;
+                iid = PageGetItemId(page, off);
+                if (!ItemIdIsNormal(iid))
+                    continue;
+                if (ItemIdGetLength(iid) < offsetof(GpuivfVectorTuple, x) + sizeof(float4) * dims)
+                    GpuivfBadPage(index, blkno, "well-formed vector");
+                vt = (GpuivfVectorTuple *) PageGetItem(page, iid);
+                r = &so->results[so->nresults++];
+                r->distance = gpuivf::metric_distance(so->metric, so->query, vt->x, dims);
+                r->heapid = GpuivfTidToId(&vt->heaptid);
+            }
+            UnlockReleaseBuffer(buf);
+            CHECK_FOR_INTERRUPTS();
+        }
+    }
+    qsort(so->results + first, so->nresults - first, sizeof(GpuivfResult), GpuivfCompareResults);
+}
+
+/* ------------------------------------------------------------- phases */
+
+/*
+ * Exact mode: the distance of every vector tuple, fully sorted.  Vector
+ * pages are found by walking all blocks and checking the page type.
+ */
+static void
+GpuivfScanExact(Relation index, GpuivfScanOpaque so)
+{
+    BlockNumber nblocks = RelationGetNumberOfBlocks(index);
+    int         dims = so->meta.dims;
+
+    for (BlockNumber blkno = GPUIVF_METAPAGE_BLKNO + 1; blkno < nblocks; blkno++)
+    {
+        Buffer      buf;
+        Page        page;
+
+        buf = ReadBufferExtended(index, MAIN_FORKNUM, blkno, RBM_NORMAL, so->bas);
+        LockBuffer(buf, BUFFER_LOCK_SHARE);
+        page = BufferGetPage(buf);
+        if (GpuivfPageIsType(page, GPUIVF_PAGE_VECTOR))
+        {
+            OffsetNumber maxoff = PageGetMaxOffsetNumber(page);
+
+            GpuivfReserveResults(so, maxoff);
+            for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off = OffsetNumberNext(off))
+            {
+                ItemId      iid = PageGetItemId(page, off);
+                GpuivfVectorTuple *vt;
+                GpuivfResult *r;
+
+                if (!ItemIdIsNormal(iid))
+                    continue;
+                if (ItemIdGetLength(iid) < offsetof(GpuivfVectorTuple, x) + sizeof(float4) * dims)
+                    GpuivfBadPage(index, blkno, "well-formed vector");
+                vt = (GpuivfVectorTuple *) PageGetItem(page, iid);
+                r = &so->results[so->nresults++];
+                r->distance = gpuivf::metric_distance(so->metric, so->query, vt->x, dims);
+                r->heapid = GpuivfTidToId(&vt->heaptid);
+            }
+        }
+        UnlockReleaseBuffer(buf);
+        CHECK_FOR_INTERRUPTS();
+    }
+    if (so->nresults > 1)
+        qsort(so->results, so->nresults, sizeof(GpuivfResult), GpuivfCompareResults);
+}
+
+/*
+ * Round 1: the nprobe best lists, ADC k-selection of R candidates, exact
+ * re-rank.  This is the unit a GPU engine answers for a batch of queries.
+ */
+static void
+GpuivfScanRoundOne(Relation index, GpuivfScanOpaque so)
+{
+    GpuivfIndexState *state = GpuivfGetIndexState(index);
+    const gpuivf::IvfPqModel &model = state->model;
+    gpuivf::TopK topk;
+    int         k = so->rerank_k;
+    float      *probe_scores;
+
+    /* probe order of the round-1 lists */
+    so->list_order = (int32 *) palloc(sizeof(int32) * so->nprobe);
+    probe_scores = (float *) palloc(sizeof(float) * so->nprobe);
+    gpuivf::ivfpq_probe_lists(model, so->query_prepared, so->nprobe, so->list_order,
+                              probe_scores);
+    so->list_order_len = so->nprobe;
+
+    gpuivf::topk_init(&topk, so->chunk_scores, so->chunk_ids, k);
+    for (int i = 0; i < so->nprobe; i++)
+    {
+        int         list = so->list_order[i];
+
+        if (list < 0 || list >= so->nlist || so->visited[list])
+            continue;
+        so->visited[list] = true;
+        so->lists_visited++;
+        GpuivfScanList(index, so, model, list, &topk);
+    }
+    gpuivf::topk_sort(&topk);
+
+    GpuivfAddDone(so, topk.ids, topk.size);
+    GpuivfRerank(index, so, topk.ids, topk.vals, topk.size);
+}
+
+/*
+ * Collects every entry of the next round of lists in ADC order: the round-1
+ * lists again (revisit), then each later round as many unvisited lists as
+ * were visited so far.  Returns false when every list was visited.
+ */
+static bool
+GpuivfCollectRound(Relation index, GpuivfScanOpaque so)
+{
+    GpuivfIndexState *state = GpuivfGetIndexState(index);
+    const gpuivf::IvfPqModel &model = state->model;
+
+    so->ncand = 0;
+    so->cand_pos = 0;
+    GpuivfSortDone(so);
+
+    if (so->phase == GPUIVF_PHASE_START)
+    {
+        /* revisit the lists of round 1, all their entries this time */
+        so->phase = GPUIVF_PHASE_REVISIT;
+        for (int i = 0; i < so->list_order_len; i++)
+        {
+            int         list = so->list_order[i];
+
+            if (list >= 0 && list < so->nlist)
+                GpuivfScanList(index, so, model, list, NULL);
+        }
+    }
+    else
+    {
+        int         batch;
+        int         taken = 0;
+
+        if (so->lists_visited >= so->nlist)
+            return false;
+        if (so->phase != GPUIVF_PHASE_MORE)
+        {
+            /* the full probe order, once */
+            float      *scores = (float *) palloc(sizeof(float) * so->nlist);
+
+            so->phase = GPUIVF_PHASE_MORE;
+            pfree(so->list_order);
+            so->list_order = (int32 *) palloc(sizeof(int32) * so->nlist);
+            gpuivf::ivfpq_probe_lists(model, so->query_prepared, so->nlist, so->list_order,
+                                      scores);
+            pfree(scores);
+            so->list_order_len = so->nlist;
+            so->list_order_pos = 0;
+        }
+        batch = Max(so->lists_visited, 1);
+        while (taken < batch && so->list_order_pos < so->list_order_len)
+        {
+            int         list = so->list_order[so->list_order_pos++];
+
+            if (list < 0 || list >= so->nlist || so->visited[list])
+                continue;
+            so->visited[list] = true;
+            so->lists_visited++;
+            taken++;
+            GpuivfScanList(index, so, model, list, NULL);
+        }
+        /* lists the probe order missed (it should cover all): visit them too */
+        if (so->list_order_pos >= so->list_order_len && so->lists_visited < so->nlist)
+        {
+            for (int list = 0; list < so->nlist; list++)
+            {
+                if (so->visited[list])
+                    continue;
+                so->visited[list] = true;
+                so->lists_visited++;
+                GpuivfScanList(index, so, model, list, NULL);
+            }
+        }
+    }
+    gpuivf::sort_pairs(so->cand_scores, so->cand_ids, so->ncand);
+    return true;
+}
+
+/*
+ * Loads the next chunk of up to R rows not returned yet from the collected
+ * candidates, moving on to the next round of lists when they run out.
+ * Returns false when the scan has nothing more.
+ */
+static bool
+GpuivfLoadNextChunk(Relation index, GpuivfScanOpaque so)
+{
+    so->nresults = 0;
+    so->results_pos = 0;
+
+    while (so->phase != GPUIVF_PHASE_DONE)
+    {
+        int         n = 0;
+
+        while (n < so->rerank_k && so->cand_pos < so->ncand)
+        {
+            uint64      id = so->cand_ids[so->cand_pos];
+
+            if (!GpuivfIsDone(so, id))
+            {
+                so->chunk_ids[n] = id;
+                so->chunk_scores[n] = so->cand_scores[so->cand_pos];
+                n++;
+            }
+            so->cand_pos++;
+        }
+        if (n > 0)
+        {
+            GpuivfAddDone(so, so->chunk_ids, n);
+            GpuivfRerank(index, so, so->chunk_ids, so->chunk_scores, n);
+            if (so->nresults > 0)
+                return true;
+            continue;
+        }
+        if (!GpuivfCollectRound(index, so))
+            so->phase = GPUIVF_PHASE_DONE;
+    }
+    return false;
+}
+
+/*
+ * The work of the first gettuple after a (re)scan: read the metapage,
+ * choose the mode and produce the first results.
+ */
+static void
+GpuivfStartScan(IndexScanDesc scan)
+{
+    Relation    index = scan->indexRelation;
+    GpuivfScanOpaque so = (GpuivfScanOpaque) scan->opaque;
+
+    if (gpuivf_device == GPUIVF_DEVICE_GPU)
+        ereport(ERROR,
+                (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                 errmsg("gpuivf.device is set to \"gpu\" but no gpuivf GPU worker is running"),
+                 errhint("Set gpuivf.device to \"auto\" or \"cpu\" to run gpuivf scans on the CPU.")));
+
+    GpuivfReadMeta(index, &so->meta);     /* checks the format too */
+    pgstat_count_index_scan(index);
+    so->phase = GPUIVF_PHASE_DONE;
+    if (so->no_rows || so->meta.dims == 0)
+        return;
+    GpuivfCheckDims((int) so->meta.dims, so->query_dims);
+
+    so->metric = (gpuivf::Metric) so->meta.metric;
+    so->rerank = (so->meta.flags & GPUIVF_META_RERANK) != 0;
+
+    if (!(so->meta.flags & GPUIVF_META_TRAINED) || so->meta.lists == 0)
+    {
+        /* untrained: every row is a vector tuple; brute force */
+        GpuivfScanExact(index, so);
+        return;
+    }
+
+    so->nlist = (int) so->meta.lists;
+    so->nprobe = GpuivfScanProbes(so->nlist);
+    if (so->rerank && so->nprobe >= so->nlist)
+    {
+        GpuivfScanExact(index, so);
+        return;
+    }
+
+    /* R candidates per round; issue 6 raises it to the query's LIMIT */
+    so->rerank_k = Max(gpuivf_rerank_candidates, 1);
+    if (so->limit_hint > so->rerank_k)
+        so->rerank_k = (int) Min(so->limit_hint, (int64) gpuivf::kMaxK);
+
+    so->query_prepared = (float4 *) palloc(sizeof(float4) * so->meta.dims);
+    gpuivf::prepare_vector(so->metric, so->query, so->query_prepared, so->meta.dims);
+    so->visited = (bool *) palloc0(sizeof(bool) * so->nlist);
+    so->lists_visited = 0;
+
+    /* buffers: a page of entries, a look-up table, a chunk */
+    so->page_capacity = (int) (GPUIVF_PAGE_CAPACITY /
+                               (sizeof(ItemIdData) + GPUIVF_LIST_ENTRY_SIZE(so->meta.code_size)));
+    so->page_codes = (uint8 *) palloc(so->meta.code_size * (Size) so->page_capacity);
+    so->page_ids = (uint64 *) palloc(sizeof(uint64) * so->page_capacity);
+    so->chunk_ids = (uint64 *) palloc(sizeof(uint64) * so->rerank_k);
+    so->chunk_scores = (float *) palloc(sizeof(float) * so->rerank_k);
+    {
+        GpuivfIndexState *state = GpuivfGetIndexState(index);
+
+        so->lut = (float *) palloc(sizeof(float) * gpuivf::ivfpq_lut_size(state->model));
+    }
+
+    so->phase = GPUIVF_PHASE_START;
+    GpuivfScanRoundOne(index, so);
+}
+
+/* ------------------------------------------------------- AM callbacks */
+
+/* Starts a scan: the scan's memory contexts and the order-by value slots. */
+IndexScanDesc
+gpuivfbeginscan(Relation index, int nkeys, int norderbys)
+{
+    IndexScanDesc scan = RelationGetIndexScan(index, nkeys, norderbys);
+    MemoryContext scan_ctx;
+    GpuivfScanOpaque so;
+
+    scan_ctx = AllocSetContextCreate(CurrentMemoryContext, "gpuivf scan",
+                                     ALLOCSET_DEFAULT_SIZES);
+    so = (GpuivfScanOpaque) MemoryContextAllocZero(scan_ctx, sizeof(GpuivfScanOpaqueData));
+    so->scan_ctx = scan_ctx;
+    so->query_ctx = AllocSetContextCreate(scan_ctx, "gpuivf scan query",
+                                          ALLOCSET_DEFAULT_SIZES);
+    so->bas = GetAccessStrategy(BAS_BULKREAD);
+    so->phase = GPUIVF_PHASE_DONE;
+    so->no_rows = true;
+
+    scan->xs_orderbyvals = (Datum *) MemoryContextAllocZero(scan_ctx, sizeof(Datum) * Max(norderbys, 1));
+    scan->xs_orderbynulls = (bool *) MemoryContextAlloc(scan_ctx, sizeof(bool) * Max(norderbys, 1));
+    memset(scan->xs_orderbynulls, true, sizeof(bool) * Max(norderbys, 1));
+    scan->opaque = so;
+    return scan;
+}
+
+/*
+ * (Re)starts a scan with new keys: forgets everything of the previous
+ * query and keeps a checked copy of the query vector.  The work itself
+ * happens at the first gettuple.
+ */
+void
+gpuivfrescan(IndexScanDesc scan, ScanKey keys, int nkeys, ScanKey orderbys, int norderbys)
+{
+    GpuivfScanOpaque so = (GpuivfScanOpaque) scan->opaque;
+    MemoryContext oldcxt;
+    int64       limit_hint = so->limit_hint;
+
+    if (keys && scan->numberOfKeys > 0)
+        memmove(scan->keyData, keys, scan->numberOfKeys * sizeof(ScanKeyData));
+    if (orderbys && scan->numberOfOrderBys > 0)
+        memmove(scan->orderByData, orderbys, scan->numberOfOrderBys * sizeof(ScanKeyData));
+
+    MemoryContextReset(so->query_ctx);
+    {
+        /* everything after the fixed part of the struct starts over */
+        MemoryContext scan_ctx = so->scan_ctx;
+        MemoryContext query_ctx = so->query_ctx;
+        BufferAccessStrategy bas = so->bas;
+
+        memset(so, 0, sizeof(GpuivfScanOpaqueData));
+        so->scan_ctx = scan_ctx;
+        so->query_ctx = query_ctx;
+        so->bas = bas;
+        so->limit_hint = limit_hint;
+    }
+    so->phase = GPUIVF_PHASE_DONE;
+    so->no_rows = true;
+
+    if (scan->numberOfOrderBys == 0)
+        ereport(ERROR,
+                (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                 errmsg("gpuivf index scans require an ORDER BY distance operator")));
+    if (scan->orderByData[0].sk_flags & SK_ISNULL)
+        return;                 /* ORDER BY col <op> NULL: no rows */
+
+    oldcxt = MemoryContextSwitchTo(so->query_ctx);
+    {
+        Datum       value = scan->orderByData[0].sk_argument;
+        ArrayType  *array = DatumGetArrayTypeP(value);
+        const float4 *x = GpuivfArrayGetValues(array, &so->query_dims);
+
+        so->query = (float4 *) palloc(sizeof(float4) * so->query_dims);
+        memcpy(so->query, x, sizeof(float4) * so->query_dims);
+    }
+    MemoryContextSwitchTo(oldcxt);
+    so->no_rows = false;
+    so->phase = GPUIVF_PHASE_START;
+    so->results_pos = -1;       /* not started */
+}
+
+/* Returns the next row in distance order, with its distance. */
+bool
+gpuivfgettuple(IndexScanDesc scan, ScanDirection dir)
+{
+    GpuivfScanOpaque so = (GpuivfScanOpaque) scan->opaque;
+    MemoryContext oldcxt;
+    GpuivfResult *r;
+
+    if (!ScanDirectionIsForward(dir))
+        elog(ERROR, "gpuivf index scans only go forward");
+
+    oldcxt = MemoryContextSwitchTo(so->query_ctx);
+    if (so->results_pos < 0)
+    {
+        so->results_pos = 0;
+        GpuivfStartScan(scan);
+    }
+    while (so->results_pos >= so->nresults)
+    {
+        if (so->phase == GPUIVF_PHASE_DONE || !GpuivfLoadNextChunk(scan->indexRelation, so))
+        {
+            so->phase = GPUIVF_PHASE_DONE;
+            MemoryContextSwitchTo(oldcxt);
+            return false;
+        }
+    }
+    MemoryContextSwitchTo(oldcxt);
+
+    r = &so->results[so->results_pos++];
+    GpuivfIdToTid(r->heapid, &scan->xs_heaptid);
+    scan->xs_recheck = false;
+    scan->xs_recheckorderby = false;
+    scan->xs_orderbyvals[0] = Float8GetDatum(r->distance);
+    scan->xs_orderbynulls[0] = false;
+    return true;
+}
+
+/* Ends a scan: all its memory goes with its context. */
+void
+gpuivfendscan(IndexScanDesc scan)
+{
+    GpuivfScanOpaque so = (GpuivfScanOpaque) scan->opaque;
+
+    FreeAccessStrategy(so->bas);
+    MemoryContextDelete(so->scan_ctx);
+    scan->opaque = NULL;
+    scan->xs_orderbyvals = NULL;
+    scan->xs_orderbynulls = NULL;
+}

@@ -1,0 +1,177 @@
+/*
+ * gpuivfutils.cpp — small shared services of the PostgreSQL side: the metric
+ * of an index, checked vector input, dimension checks, raising engine
+ * statuses and the engine's cancel hook.
+ */
+#include "gpuivf.h"
+
+#include <cmath>
+
+#include "access/genam.h"
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/rel.h"
+
+/*
+ * The metric of an index, recognised by its support function 1: the
+ * opclasses name one of gpuivf's own distance functions there.
+ */
+gpuivf::Metric
+GpuivfGetMetric(Relation index)
+{
+    FmgrInfo   *proc = index_getprocinfo(index, 1, GPUIVF_DISTANCE_PROC);
+
+    if (proc->fn_addr == gpuivf_l2_distance)
+        return gpuivf::Metric::L2;
+    if (proc->fn_addr == gpuivf_negative_inner_product)
+        return gpuivf::Metric::InnerProduct;
+    if (proc->fn_addr == gpuivf_cosine_distance)
+        return gpuivf::Metric::Cosine;
+    ereport(ERROR,
+            (errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
+             errmsg("support function %d of index \"%s\" is not a gpuivf distance function",
+                    GPUIVF_DISTANCE_PROC, RelationGetRelationName(index)),
+             errhint("Use one of the operator classes float4_l2_ops, float4_ip_ops or "
+                     "float4_cosine_ops.")));
+    return gpuivf::Metric::L2;  /* keep the compiler quiet */
+}
+
+/*
+ * Checks a detoasted real[] for use as a vector and returns its values in
+ * place: real elements, no NULLs, one dimension, not empty, all finite.
+ */
+const float4 *
+GpuivfArrayGetValues(ArrayType *array, int *dims)
+{
+    const float4 *x;
+    int         n;
+
+    if (ARR_ELEMTYPE(array) != FLOAT4OID)
+        ereport(ERROR,
+                (errcode(ERRCODE_DATATYPE_MISMATCH),
+                 errmsg("vector must be an array of real")));
+    if (ARR_NDIM(array) == 0)
+        ereport(ERROR,
+                (errcode(ERRCODE_DATA_EXCEPTION),
+                 errmsg("array must not be empty")));
+    if (ARR_NDIM(array) > 1)
+        ereport(ERROR,
+                (errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+                 errmsg("array must be one-dimensional"),
+                 errdetail("The array has %d dimensions.", ARR_NDIM(array))));
+    if (ARR_HASNULL(array) && array_contains_nulls(array))
+        ereport(ERROR,
+                (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                 errmsg("array must not contain nulls")));
+
+    n = ARR_DIMS(array)[0];
+    if (n <= 0)
+        ereport(ERROR,
+                (errcode(ERRCODE_DATA_EXCEPTION),
+                 errmsg("array must not be empty")));
+
+    /* without NULLs the elements are a plain, aligned float4 array */
+    x = (const float4 *) ARR_DATA_PTR(array);
+    for (int i = 0; i < n; i++)
+    {
+        if (unlikely(std::isnan(x[i])))
+            ereport(ERROR,
+                    (errcode(ERRCODE_DATA_EXCEPTION),
+                     errmsg("vector must not contain NaN")));
+        if (unlikely(std::isinf(x[i])))
+            ereport(ERROR,
+                    (errcode(ERRCODE_DATA_EXCEPTION),
+                     errmsg("vector must not contain infinite values")));
+    }
+    *dims = n;
+    return x;
+}
+
+/*
+ * A checked, palloc'd copy of the vector in a real[] datum, for indexing:
+ * besides GpuivfArrayGetValues' checks, at most kMaxDims dimensions.
+ */
+float4 *
+GpuivfDatumGetVector(Datum value, int *dims)
+{
+    ArrayType  *array = DatumGetArrayTypeP(value);
+    const float4 *x;
+    float4     *copy;
+    int         n;
+
+    x = GpuivfArrayGetValues(array, &n);
+    if (n > gpuivf::kMaxDims)
+        ereport(ERROR,
+                (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                 errmsg("column cannot have more than %d dimensions for gpuivf index",
+                        gpuivf::kMaxDims),
+                 errdetail("The vector has %d dimensions.", n)));
+
+    copy = (float4 *) palloc(sizeof(float4) * n);
+    memcpy(copy, x, sizeof(float4) * n);
+    if ((Pointer) array != DatumGetPointer(value))
+        pfree(array);
+    *dims = n;
+    return copy;
+}
+
+/* Raises the dimension mismatch error unless the two counts agree. */
+void
+GpuivfCheckDims(int expected, int actual)
+{
+    if (expected != actual)
+        ereport(ERROR,
+                (errcode(ERRCODE_DATA_EXCEPTION),
+                 errmsg("different vector dimensions %d and %d", expected, actual)));
+}
+
+/*
+ * Raises a failed engine status as a PostgreSQL error.  A canceled status
+ * means the cancel hook saw a pending interrupt: serve it here.
+ */
+void
+GpuivfRaiseStatus(const gpuivf::Status &status)
+{
+    switch (status.code)
+    {
+        case gpuivf::kOk:
+            return;
+        case gpuivf::kCanceled:
+            CHECK_FOR_INTERRUPTS();
+            /* interrupts are held off: still stop the operation */
+            ereport(ERROR,
+                    (errcode(ERRCODE_QUERY_CANCELED),
+                     errmsg("gpuivf operation was canceled")));
+            break;
+        case gpuivf::kInvalidArgument:
+            ereport(ERROR,
+                    (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                     errmsg("%s", status.message)));
+            break;
+        case gpuivf::kOutOfMemory:
+            ereport(ERROR,
+                    (errcode(ERRCODE_OUT_OF_MEMORY),
+                     errmsg("out of memory"),
+                     errdetail("The gpuivf engine reported: %s.", status.message)));
+            break;
+        default:
+            ereport(ERROR,
+                    (errcode(ERRCODE_INTERNAL_ERROR),
+                     errmsg("gpuivf engine error: %s", status.message)));
+            break;
+    }
+}
+
+/*
+ * The engine's cancel hook: true when a query cancel or termination is
+ * pending.  It only reads the flags; the caller raises the interrupt after
+ * the engine has returned (GpuivfRaiseStatus), so nothing longjmps out of
+ * engine code.
+ */
+bool
+GpuivfShouldCancel(void *arg)
+{
+    (void) arg;
+    return InterruptPending && (QueryCancelPending || ProcDiePending);
+}

@@ -1,0 +1,378 @@
+
+# GpuivfTest.pm — shared helpers for gpuivf's TAP tests (test/t/*.pl).
+#
+# A test creates a node with the extension, generates clustered data with
+# test/tools/gpuivf_gen (or converts ../shared/data files), loads it with COPY,
+# asks kNN queries and compares them with exact ground truth from gpuivf_gt.
+# Everything runs on the node's Unix socket; nothing talks to the network.
+#
+# Tables made by load_vectors() have the columns (id bigint, v real[]); ids are
+# the 0-based row numbers of the generated/converted file, as in .ivecs ground
+# truth files.
+
+package GpuivfTest;
+
+use strict;
+use warnings;
+
+use Carp;
+use Cwd qw(abs_path);
+use File::Basename qw(dirname);
+use File::Spec;
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+use Exporter 'import';
+our @EXPORT = qw(
+  gpuivf_node tool_path generate_data convert_data load_vectors ground_truth
+  read_fvecs read_ivecs vec_literal knn_ids recall_at index_info index_lists
+  exact_settings assert_index_scan shared_data_dir start_pgbench finish_pgbench
+  metric_operator metric_opclass count_via_index
+);
+
+# The repository root: this file is test/perl/GpuivfTest.pm.
+sub repo_root
+{
+	return abs_path(File::Spec->catdir(dirname(__FILE__), '..', '..'));
+}
+
+# Path to one of the test tools (gpuivf_gen, gpuivf_gt); builds them with
+# CMake into build/ when they are missing.  GPUIVF_TOOLS_DIR overrides.
+sub tool_path
+{
+	my ($name) = @_;
+	my $dir = $ENV{GPUIVF_TOOLS_DIR}
+	  // File::Spec->catdir(repo_root(), 'build', 'test', 'tools');
+	my $path = File::Spec->catfile($dir, $name);
+	return $path if -x $path;
+
+	my $root = repo_root();
+	my $build = File::Spec->catdir($root, 'build');
+	note "building the test tools in $build";
+	system('cmake', '-S', $root, '-B', $build, '-DCMAKE_BUILD_TYPE=Release') == 0
+	  && system('cmake', '--build', $build, '--target', 'gpuivf_tools', '-j2') == 0
+	  or BAIL_OUT("cannot build the test tools (cmake in $build failed)");
+	BAIL_OUT("test tool $path was not built") unless -x $path;
+	return $path;
+}
+
+# A started node with CREATE EXTENSION gpuivf done in database "postgres".
+# Options: allows_streaming => 1, conf => "extra postgresql.conf lines".
+sub gpuivf_node
+{
+	my ($name, %opts) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init(allows_streaming => $opts{allows_streaming} // 0);
+	$node->append_conf('postgresql.conf', qq(
+shared_buffers = 128MB
+maintenance_work_mem = 256MB
+max_wal_size = 1GB
+fsync = off
+log_min_messages = warning
+log_line_prefix = '%m [%p] %q%a '
+));
+	$node->append_conf('postgresql.conf', $opts{conf}) if $opts{conf};
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION gpuivf');
+	return $node;
+}
+
+sub run_tool
+{
+	my (@cmd) = @_;
+	my ($out, $err);
+	IPC::Run::run(\@cmd, '>', \$out, '2>', \$err)
+	  or croak "command failed: @cmd\n$err";
+	return $out;
+}
+
+# Generates clustered data into a fresh temporary directory.
+#   rows, dims, queries, seed, clusters (optional), null_every (optional)
+# Returns { dir, base_copy, base_fvecs, query_fvecs, rows, dims, queries }.
+# base_copy is text COPY input for (id bigint, v real[]).
+sub generate_data
+{
+	my (%o) = @_;
+	my $dir = abs_path(PostgreSQL::Test::Utils::tempdir('gpuivf_data'));
+	my $gen = tool_path('gpuivf_gen');
+	my %d = (
+		dir => $dir,
+		rows => $o{rows},
+		dims => $o{dims},
+		queries => $o{queries} // 0,
+		base_copy => "$dir/base.copy",
+		base_fvecs => "$dir/base.fvecs",
+		query_fvecs => "$dir/query.fvecs");
+	my @cmd = (
+		$gen, '--rows', $o{rows}, '--dims', $o{dims},
+		'--queries', $d{queries}, '--seed', $o{seed} // 42,
+		'--base', $d{base_copy}, '--query', $d{query_fvecs});
+	push @cmd, '--clusters', $o{clusters} if $o{clusters};
+	# fvecs cannot hold NULL rows: with null_every only the COPY file is
+	# written and ground truth is not available for it.
+	if ($o{null_every})
+	{
+		push @cmd, '--null-every', $o{null_every};
+		delete $d{base_fvecs};
+	}
+	else
+	{
+		push @cmd, '--base', $d{base_fvecs};
+	}
+	run_tool(@cmd);
+	return \%d;
+}
+
+# Converts an .fvecs/.bvecs file to text COPY input in a temporary directory.
+sub convert_data
+{
+	my ($input, %o) = @_;
+	my $dir = abs_path(PostgreSQL::Test::Utils::tempdir('gpuivf_data'));
+	my $out = "$dir/base.copy";
+	my @cmd = (tool_path('gpuivf_gen'), '--input', $input, '--base', $out);
+	push @cmd, '--limit', $o{limit} if $o{limit};
+	run_tool(@cmd);
+	return $out;
+}
+
+# CREATE TABLE (unless it exists) and COPY a file made by generate_data or
+# convert_data into it (server-side COPY: the node runs as this user).
+sub load_vectors
+{
+	my ($node, $table, $copy_file, %o) = @_;
+	my $db = $o{dbname} // 'postgres';
+	my $unlogged = $o{unlogged} ? 'UNLOGGED' : '';
+	$node->safe_psql($db,
+		"CREATE $unlogged TABLE IF NOT EXISTS $table (id bigint, v real[])")
+	  unless $o{no_create};
+	my $format = $copy_file =~ /\.(bin|pgcopy)$/ ? 'binary' : 'text';
+	$node->safe_psql($db,
+		"COPY $table (id, v) FROM '$copy_file' WITH (FORMAT $format)");
+	return;
+}
+
+# Exact top-k ids (0-based rows) of every query: arrayref of arrayrefs.
+sub ground_truth
+{
+	my ($base_fvecs, $query_fvecs, $k, $metric) = @_;
+	my $dir = abs_path(PostgreSQL::Test::Utils::tempdir('gpuivf_gt'));
+	my $out = "$dir/gt.ivecs";
+	run_tool(
+		tool_path('gpuivf_gt'), '--base', $base_fvecs, '--query', $query_fvecs,
+		'--k', $k, '--metric', $metric // 'l2', '--out', $out);
+	return read_ivecs($out);
+}
+
+sub slurp_raw
+{
+	my ($path) = @_;
+	open my $fh, '<:raw', $path or croak "cannot open $path: $!";
+	local $/;
+	my $s = <$fh>;
+	close $fh;
+	return $s;
+}
+
+# .fvecs (or .bvecs) file as an arrayref of arrayrefs of numbers.
+sub read_fvecs
+{
+	my ($path, $limit) = @_;
+	my $s = slurp_raw($path);
+	my $bytes = $path =~ /\.bvecs$/;
+	my ($pos, @rows) = (0);
+	while ($pos < length $s)
+	{
+		my $d = unpack('l<', substr($s, $pos, 4));
+		my $w = $bytes ? $d : 4 * $d;
+		my @x = unpack($bytes ? "C$d" : "f<$d", substr($s, $pos + 4, $w));
+		push @rows, \@x;
+		$pos += 4 + $w;
+		last if $limit && @rows >= $limit;
+	}
+	return \@rows;
+}
+
+# .ivecs file as an arrayref of arrayrefs of ids.
+sub read_ivecs
+{
+	my ($path) = @_;
+	my $s = slurp_raw($path);
+	my ($pos, @rows) = (0);
+	while ($pos < length $s)
+	{
+		my $k = unpack('l<', substr($s, $pos, 4));
+		push @rows, [ unpack("l<$k", substr($s, $pos + 4, 4 * $k)) ];
+		$pos += 4 + 4 * $k;
+	}
+	return \@rows;
+}
+
+# SQL literal of a float4 vector; 9 significant digits read back to the
+# same float4.
+sub vec_literal
+{
+	my ($x) = @_;
+	return "'{" . join(',', map { sprintf('%.9g', $_) } @$x) . "}'::real[]";
+}
+
+sub metric_operator
+{
+	my ($metric) = @_;
+	return { l2 => '<->', ip => '<#>', cosine => '<=>' }->{$metric}
+	  // croak "unknown metric $metric";
+}
+
+sub metric_opclass
+{
+	my ($metric) = @_;
+	return { l2 => 'float4_l2_ops', ip => 'float4_ip_ops',
+		cosine => 'float4_cosine_ops' }->{$metric}
+	  // croak "unknown metric $metric";
+}
+
+# Settings that make the planner take the index for ORDER BY without LIMIT.
+sub exact_settings
+{
+	return 'SET enable_seqscan = off; SET enable_bitmapscan = off; SET enable_sort = off;';
+}
+
+# The k nearest ids of each query by the index, in one psql session.
+#   settings => "SET ...;"  (e.g. gpuivf.probes), column => 'v', dbname
+# Returns an arrayref (one arrayref of ids per query).
+sub knn_ids
+{
+	my ($node, $table, $metric, $queries, $k, %o) = @_;
+	my $op = metric_operator($metric);
+	my $col = $o{column} // 'v';
+	my $sql = exact_settings() . ($o{settings} // '') . "\n";
+	for my $q (@$queries)
+	{
+		$sql .=
+		  "SELECT ARRAY(SELECT id FROM $table ORDER BY $col $op "
+		  . vec_literal($q)
+		  . " LIMIT $k);\n";
+	}
+	my $out = $node->safe_psql($o{dbname} // 'postgres', $sql);
+	my @rows;
+	for my $line (split /\n/, $out)
+	{
+		next unless $line =~ /^\{(.*)\}$/;
+		push @rows, [ length($1) ? split(/,/, $1) : () ];
+	}
+	croak "expected " . scalar(@$queries) . " result rows, got " . scalar(@rows)
+	  unless @rows == @$queries;
+	return \@rows;
+}
+
+# Mean recall@k of result id lists against ground truth id lists.
+sub recall_at
+{
+	my ($results, $truth, $k) = @_;
+	my ($hits, $n) = (0, 0);
+	for my $i (0 .. $#$results)
+	{
+		my %want = map { $_ => 1 } @{ $truth->[$i] }[ 0 .. $k - 1 ];
+		$hits += grep { $want{$_} } @{ $results->[$i] }[ 0 .. $k - 1 ];
+		$n += $k;
+	}
+	return $n ? $hits / $n : 0;
+}
+
+# gpuivf_index_info as a hash (flat keys; list_size as list_size_min etc.).
+sub index_info
+{
+	my ($node, $index, $db) = @_;
+	my $out = $node->safe_psql($db // 'postgres',
+		"SELECT key, value FROM jsonb_each_text(gpuivf_index_info('$index'))");
+	my %info;
+	for my $line (split /\n/, $out)
+	{
+		my ($key, $value) = split /\|/, $line, 2;
+		$info{$key} = $value;
+	}
+	if (defined $info{list_size} && $info{list_size} =~ /^\{/)
+	{
+		while ($info{list_size} =~ /"(\w+)":\s*([-\d.e+]+)/g)
+		{
+			$info{"list_size_$1"} = $2;
+		}
+	}
+	return \%info;
+}
+
+# Number of lists of an index (what gpuivf.probes must be for exact mode).
+sub index_lists
+{
+	my ($node, $index, $db) = @_;
+	return $node->safe_psql($db // 'postgres',
+		"SELECT (gpuivf_index_info('$index')->>'lists')::int");
+}
+
+# Asserts that a query is answered by an index scan on $index.
+sub assert_index_scan
+{
+	my ($node, $index, $query, $settings, $name, $db) = @_;
+	my $plan = $node->safe_psql($db // 'postgres',
+		exact_settings() . ($settings // '') . " EXPLAIN (COSTS OFF) $query");
+	like($plan, qr/Index Scan using $index\b/, $name)
+	  or diag($plan);
+	return;
+}
+
+# How many rows an index scan without LIMIT returns (and how many distinct
+# ids), ordering by $op against the vector $qlit: every indexed row must be
+# reachable through the index.
+sub count_via_index
+{
+	my ($node, $table, $metric, $qlit, $settings, $db) = @_;
+	my $op = metric_operator($metric);
+	my $out = $node->safe_psql($db // 'postgres',
+		exact_settings() . ($settings // '')
+		  . " SELECT count(*), count(DISTINCT id) FROM (SELECT id FROM $table ORDER BY v $op $qlit) s");
+	my @r = split /\|/, $out;
+	return @r;
+}
+
+# Where ../shared/data is (GPUIVF_DATA_DIR overrides); undef when absent.
+sub shared_data_dir
+{
+	my $dir = $ENV{GPUIVF_DATA_DIR}
+	  // File::Spec->catdir(repo_root(), '..', 'shared', 'data');
+	return -d $dir ? abs_path($dir) : undef;
+}
+
+# Starts pgbench in the background against a node; returns a handle for
+# finish_pgbench.  $scripts: { name => sql text, ... } (with @weight suffix
+# in the name, as "insert@5").
+sub start_pgbench
+{
+	my ($node, $opts, $scripts, $db) = @_;
+	my $dir = abs_path(PostgreSQL::Test::Utils::tempdir('gpuivf_pgbench'));
+	my @files;
+	for my $name (sort keys %$scripts)
+	{
+		my ($base, $weight) = split /@/, $name;
+		my $file = "$dir/$base.sql";
+		PostgreSQL::Test::Utils::append_to_file($file, $scripts->{$name});
+		push @files, '-f', $file . (defined $weight ? "\@$weight" : '');
+	}
+	my %h = (out => '', err => '');
+	my @cmd = (
+		'pgbench', '-n', '-h', $node->host, '-p', $node->port,
+		split(/\s+/, $opts), @files, $db // 'postgres');
+	note "starting: @cmd";
+	$h{run} = IPC::Run::start(\@cmd, '>', \$h{out}, '2>', \$h{err});
+	return \%h;
+}
+
+# Waits for a background pgbench; returns (exit status, stdout, stderr).
+sub finish_pgbench
+{
+	my ($h) = @_;
+	$h->{run}->finish;
+	return ($h->{run}->result(0), $h->{out}, $h->{err});
+}
+
+1;
