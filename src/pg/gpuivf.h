@@ -359,6 +359,9 @@ const float4 *GpuivfArrayGetValues(ArrayType *array, int *dims);
 int         GpuivfAutoProbes(int lists);
 /* the number of lists a scan probes in its first round */
 int         GpuivfScanProbes(int lists);
+/* rows the scan's query needs (0 = unknown): round 1 keeps at least that
+ * many candidates; set before rescan (issue 6 sets it from the LIMIT) */
+void        GpuivfScanSetLimitHint(IndexScanDesc scan, int64 rows);
 
 /* ------------------------------------- end of pg-query helper additions */
 

@@ -698,6 +698,19 @@ GpuivfStartScan(IndexScanDesc scan)
     GpuivfScanRoundOne(index, so);
 }
 
+/*
+ * Tells a scan how many rows its query needs (0 = unknown), before the
+ * next rescan: round 1 then keeps at least that many candidates.  For the
+ * planner integration (issue 6); PostgreSQL itself never passes a LIMIT down.
+ */
+void
+GpuivfScanSetLimitHint(IndexScanDesc scan, int64 rows)
+{
+    GpuivfScanOpaque so = (GpuivfScanOpaque) scan->opaque;
+
+    so->limit_hint = Max(rows, 0);
+}
+
 /* ------------------------------------------------------- AM callbacks */
 
 /* Starts a scan: the scan's memory contexts and the order-by value slots. */

@@ -78,7 +78,7 @@ my ($rc) = finish_pgbench($bench);
 isnt($rc, 0, 'pgbench saw the crash');
 
 # The postmaster restarts after the crash; wait until it accepts queries.
-$node->poll_query_until('postgres', 'SELECT 1') or die 'server did not come back';
+$node->poll_query_until('postgres', 'SELECT true') or die 'server did not come back';
 ok($node->log_contains('terminated by signal 9'), 'the server went through crash recovery');
 check_index('after SIGKILL of a backend');
 

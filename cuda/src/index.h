@@ -1,0 +1,83 @@
+/*
+ * index.h — the device IVF-PQ index.
+ *
+ * Lists in CSR form over one set of arrays: list l owns the positions
+ * [offset[l], offset[l] + capacity[l]) of which the first size[l] are used.
+ * Offsets and capacities are multiples of 32 so codes can be stored
+ * interleaved by groups of 32 entries (see ivfpq_scan.cuh).  Per position:
+ *  - the code, as `code_chunks` 16-byte chunks (zero padded past code_size);
+ *  - the 64-bit id (a heap TID packed by src/pg fits);
+ *  - for L2 and cosine, the list-independent term |r|^2 + 2 <c, r> of the
+ *    decomposed look-up tables (4 bytes);
+ *  - with store_vectors, the raw vector for the exact re-rank.
+ * Appending fills each list's spare capacity and re-lays out all lists (with
+ * 25% headroom) only when some list is full; removing ids compacts the lists
+ * the same way.  Positions are 32-bit (fewer than 2^32 - 1 entries).
+ */
+#ifndef GPUIVF_CUDA_INDEX_H
+#define GPUIVF_CUDA_INDEX_H
+
+#include <vector>
+
+#include "resources.h"
+#include "train.h"
+
+struct gpuivf_cuda_index {
+    gpuivf_cuda::Resources *res = nullptr;
+    gpuivf_cuda::Metric metric = gpuivf_cuda::Metric::L2;
+    int d = 0, nlist = 0, m = 0, nbits = 8;
+    int ksub = 256, dsub = 0;
+    int code_size = 0;   /* the CPU's bytes per code */
+    int code_chunks = 0; /* 16-byte chunks per stored code */
+    int m_pad = 0;       /* sub-quantizers covered by the chunks */
+    bool store_vectors = false;
+
+    gpuivf_cuda::DeviceArray<float> centroids, codebook;
+
+    std::vector<int64_t> offset, size, capacity; /* host copies, per list */
+    int64_t total_capacity = 0;
+    int64_t count = 0;
+    gpuivf_cuda::DeviceArray<uint32_t> d_offset;
+    gpuivf_cuda::DeviceArray<int32_t> d_size;
+    gpuivf_cuda::DeviceArray<uint4> codes;
+    gpuivf_cuda::DeviceArray<uint64_t> ids;
+    gpuivf_cuda::DeviceArray<float> term2;
+    gpuivf_cuda::DeviceArray<float> vectors;
+};
+
+namespace gpuivf_cuda {
+
+using Index = gpuivf_cuda_index;
+
+ModelView index_model(const Index &ix);
+
+void index_init(Resources &res, Index &ix, Metric metric, int d, int nlist, int m, int nbits,
+                const float *centroids, const float *codebook, bool store_vectors);
+
+/* Append encoded entries (device arrays; lists also given on the host). */
+void index_add_encoded(Resources &res, Index &ix, int64_t n, const int32_t *lists_host, const int32_t *lists_dev,
+                       const uint8_t *codes, const uint64_t *ids, const float *vectors);
+
+/* Remove entries by id (host array); returns how many were removed. */
+int64_t index_remove(Resources &res, Index &ix, int64_t n, const uint64_t *ids_host);
+
+/* One list back in the CPU's code format (device outputs). */
+void index_get_list(Resources &res, const Index &ix, int list, int64_t count, uint64_t *ids, uint8_t *codes);
+
+int64_t index_device_bytes(const Index &ix);
+
+/* Search (search.cu). */
+struct SearchParams {
+    int k = 10;
+    int nprobe = 1;
+    int rerank = 0;
+    int lut_mode = 0;
+    const int32_t *query_k = nullptr;      /* host, validated */
+    const int32_t *query_nprobe = nullptr; /* host, validated */
+};
+void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, const SearchParams &p,
+                  double *out_distances, uint64_t *out_ids);
+
+}  // namespace gpuivf_cuda
+
+#endif /* GPUIVF_CUDA_INDEX_H */

@@ -1,0 +1,170 @@
+/*
+ * search.cu — batched IVF-PQ search:
+ *   1. prepare the queries (unit vectors for cosine, the CPU's bits);
+ *   2. coarse quantization by the exact kNN against the centroids (L2, or
+ *      inner product for an IP index), re-scored with the CPU's arithmetic
+ *      so the probed lists and their biases are the CPU's;
+ *   3. the fused list scan + k-selection (ivfpq_scan.cuh), one block per
+ *      query, or per share of its probes when the batch is too small to fill
+ *      the GPU, then a second selection pass across the shares;
+ *   4. exact re-rank of the candidates on the stored vectors (or the ADC
+ *      scores as distances), sorted by (distance, id) like the CPU.
+ * Every query may have its own k and nprobe; the kernels are instantiated
+ * for the k-bucket of the largest.
+ */
+#include <algorithm>
+#include <vector>
+
+#include "index.h"
+#include "knn.h"
+#include "rescore.h"
+#include "select.h"
+#include "vectors.h"
+
+namespace gpuivf_cuda {
+
+namespace {
+
+__global__ void probes_from_ids_kernel(const uint64_t *ids, int64_t count, int32_t *lists) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < count) lists[i] = ids[i] == UINT64_MAX ? -1 : static_cast<int32_t>(ids[i]);
+}
+
+}  // namespace
+
+void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, const SearchParams &p,
+                  double *out_distances, uint64_t *out_ids) {
+    if (nq <= 0) return;
+    const int kout = p.k;
+    const int npmax = std::min(p.nprobe, ix.nlist);
+    const bool rerank = p.rerank > 0;
+    const bool per_list = p.lut_mode == GPUIVF_CUDA_LUT_PER_LIST;
+
+    /* Per-query k of the scan (the re-rank shortlist when re-ranking). */
+    std::vector<int32_t> qk(nq), kscan(nq), qnp;
+    int kscan_max = 1;
+    for (int64_t i = 0; i < nq; i++) {
+        qk[i] = p.query_k ? p.query_k[i] : kout;
+        kscan[i] = rerank ? std::max(p.rerank, qk[i]) : qk[i];
+        kscan_max = std::max(kscan_max, kscan[i]);
+    }
+    if (p.query_nprobe) qnp.assign(p.query_nprobe, p.query_nprobe + nq);
+    const int w = select_bucket(kscan_max);
+
+    const size_t lut_bytes = sizeof(float) * (static_cast<size_t>(ix.m_pad) * ix.ksub + 2 * static_cast<size_t>(ix.d));
+    const size_t smem = std::max(lut_bytes, ivfpq_scan_merge_bytes(w));
+    GPUIVF_REQUIRE(smem <= res.smem_optin,
+                   "look-up tables of %d sub-quantizers x %d codes do not fit in the GPU's shared memory", ix.m,
+                   ix.ksub);
+
+    TempBuffer<int32_t> d_qk(res, nq), d_kscan(res, nq), d_qnp;
+    copy_to_device(res, d_qk.data(), qk.data(), nq);
+    copy_to_device(res, d_kscan.data(), kscan.data(), nq);
+    if (p.query_nprobe) {
+        d_qnp.allocate(res, nq);
+        copy_to_device(res, d_qnp.data(), qnp.data(), nq);
+    }
+
+    const int64_t chunk = std::min<int64_t>(
+        {nq, 65535, std::max<int64_t>(256, (int64_t(64) << 20) / (static_cast<int64_t>(kscan_max) * sizeof(Key)))});
+    TempBuffer<float> qbuf;
+    if (ix.metric == Metric::Cosine) qbuf.allocate(res, chunk * ix.d);
+    TempBuffer<float> coarse_scores(res, chunk * npmax);
+    TempBuffer<uint64_t> coarse_ids(res, chunk * npmax);
+    TempBuffer<int32_t> probe_lists(res, chunk * npmax);
+
+    for (int64_t q0 = 0; q0 < nq; q0 += chunk) {
+        check_cancel(res);
+        const int64_t rows = std::min(chunk, nq - q0);
+        const float *raw = queries + q0 * ix.d;
+        const float *qp = raw;
+        if (ix.metric == Metric::Cosine) {
+            prepare_rows(res, ix.metric, raw, rows, ix.d, qbuf.data());
+            qp = qbuf.data();
+        }
+
+        /* 2. coarse quantization */
+        KnnOptions o;
+        o.exact_rescore = true;
+        o.queries_prepared = true;
+        const Metric coarse = ix.metric == Metric::InnerProduct ? Metric::InnerProduct : Metric::L2;
+        exact_knn(res, coarse, ix.centroids.data(), ix.nlist, qp, rows, ix.d, npmax, o, coarse_scores.data(),
+                  coarse_ids.data());
+        probes_from_ids_kernel<<<static_cast<unsigned>(ceil_div(rows * npmax, 256)), 256, 0, res.stream>>>(
+            coarse_ids.data(), rows * npmax, probe_lists.data());
+        GPUIVF_CUDA_CHECK_LAUNCH();
+
+        /* 3. scan: enough blocks for about eight per multiprocessor */
+        int splits = static_cast<int>(std::min<int64_t>(npmax, std::max<int64_t>(1, ceil_div(8 * res.sm_count, rows))));
+        const int pps = static_cast<int>(ceil_div(npmax, splits));
+        splits = static_cast<int>(ceil_div(npmax, pps));
+        TempBuffer<Key> scan_out(res, rows * splits * kscan_max);
+        IvfPqScanArgs a;
+        a.nq = static_cast<int32_t>(rows);
+        a.splits = splits;
+        a.probes_per_split = pps;
+        a.queries = qp;
+        a.d = ix.d;
+        a.probe_lists = probe_lists.data();
+        a.probe_bias = coarse_scores.data();
+        a.probe_ld = npmax;
+        a.query_nprobe = p.query_nprobe ? d_qnp.data() + q0 : nullptr;
+        a.nprobe = npmax;
+        a.query_k = d_kscan.data() + q0;
+        a.k = kscan_max;
+        a.codes = ix.codes.data();
+        a.code_chunks = ix.code_chunks;
+        a.term2 = ix.term2.data();
+        a.list_offset = ix.d_offset.data();
+        a.list_size = ix.d_size.data();
+        a.codebook = ix.codebook.data();
+        a.centroids = ix.centroids.data();
+        a.m = ix.m;
+        a.nbits = ix.nbits;
+        a.dsub = ix.dsub;
+        a.ksub = ix.ksub;
+        a.m_pad = ix.m_pad;
+        a.metric = static_cast<int32_t>(ix.metric);
+        a.per_list_lut = per_list ? 1 : 0;
+        a.out = scan_out.data();
+        a.out_ld = kscan_max;
+        a.out_count = kscan_max;
+        if (ix.count > 0) {
+            launch_ivfpq_scan(w, a, smem, res.stream);
+        } else {
+            GPUIVF_CUDA_TRY(cudaMemsetAsync(scan_out.data(), 0xff, sizeof(Key) * rows * splits * kscan_max, res.stream));
+        }
+
+        const Key *cand = scan_out.data();
+        TempBuffer<Key> merged;
+        if (splits > 1) {
+            merged.allocate(res, rows * kscan_max);
+            select_keys(res, scan_out.data(), rows, static_cast<int64_t>(splits) * kscan_max,
+                        static_cast<int64_t>(splits) * kscan_max, d_kscan.data() + q0, kscan_max, merged.data(),
+                        kscan_max, kscan_max);
+            cand = merged.data();
+        }
+
+        /* 4. re-rank / final order */
+        RescoreArgs r;
+        r.mode = rerank ? RescoreMode::SqlDistance : RescoreMode::Keys;
+        r.metric = ix.metric;
+        r.keys = cand;
+        r.key_ld = kscan_max;
+        r.candidates = kscan_max;
+        r.rows = rows;
+        r.row_k = d_qk.data() + q0;
+        r.k = kout;
+        r.ids = ix.ids.data();
+        r.queries = raw;
+        r.d = ix.d;
+        r.vectors = ix.vectors.data();
+        r.to_distance = 1;
+        r.out_double = out_distances + q0 * kout;
+        r.out_ids = out_ids + q0 * kout;
+        r.out_ld = kout;
+        rescore_and_sort(res, r);
+    }
+}
+
+}  // namespace gpuivf_cuda
