@@ -68,6 +68,10 @@ $(shlib): $(CORE_LIB)
 $(OBJS): | engine
 # PGXS tracks no header dependencies without --enable-depend
 $(OBJS): $(srcdir)/src/pg/gpuivf.h $(srcdir)/src/core/gpuivf_core.h
+# (worker helper) the GPU worker files share a private header and the
+# engine's plain C header (types only: gpuivf.so does not link the engine)
+$(filter src/pg/gpuivfworker.o src/pg/gpuivfshmem.o src/pg/gpuivfclient.o src/pg/gpuivfgpuindex.o,$(OBJS)): \
+	$(srcdir)/src/pg/gpuivfworker.h $(srcdir)/cuda/include/gpuivf_cuda.h
 
 # PostgreSQL's headers have no extern "C" guards; src/pg/gpuivf.h includes
 # them inside one extern "C" block.  A PostgreSQL header included anywhere
@@ -98,3 +102,72 @@ clean: clean-engine
 .PHONY: clean-engine
 clean-engine:
 	rm -rf $(BUILD_DIR)
+
+# ------------------------------------------- GPU engine (worker helper, issue 4)
+# When CMake found nvcc it has a target gpuivf_cuda (build/libgpuivf_cuda.a).
+# That library, the static CUDA runtime and cuBLAS are linked into a module of
+# their own, gpuivf_gpu.so, which only the GPU worker dlopen()s.  gpuivf.so
+# never depends on CUDA: it loads where there is no NVIDIA driver and no CUDA
+# library (CI), and the postmaster and backends never map CUDA.  Without nvcc
+# (or with WITH_CUDA=no) there is no gpuivf_gpu.so and the worker reports
+# "built without CUDA"; scans run on the CPU.  A cuda/ that fails to compile
+# is reported loudly but does not stop the build of gpuivf.so (its own
+# tests, ctest, fail instead).
+WITH_CUDA  ?= auto
+CUDA_HOME  ?= /usr/local/cuda
+CUDA_LIB    = $(BUILD_DIR)/libgpuivf_cuda.a
+GPU_MODULE  = gpuivf_gpu$(DLSUFFIX)
+# DT_RPATH (not RUNPATH) so that libcublas finds libcublasLt there too
+GPU_LINK    = -Wl,--whole-archive $(CUDA_LIB) -Wl,--no-whole-archive \
+              -L$(CUDA_HOME)/lib64 -Wl,--disable-new-dtags,-rpath,$(CUDA_HOME)/lib64 \
+              -lcudart_static -lcublas -Wl,--exclude-libs,libcudart_static.a \
+              -ldl -lpthread -lrt -lstdc++ -lm -Wl,--no-undefined
+
+all: gpu-module
+.PHONY: gpu-module install-gpu-module uninstall-gpu-module
+gpu-module: engine
+ifneq ($(WITH_CUDA),no)
+	@if $(CMAKE) --build $(BUILD_DIR) --target help 2>/dev/null | grep -q ' gpuivf_cuda$$'; then \
+	  if $(CMAKE) --build $(BUILD_DIR) --target gpuivf_cuda $(if $(findstring -j,$(MAKEFLAGS)),,-j2); then \
+	    if [ ! -f $(GPU_MODULE) ] || [ $(CUDA_LIB) -nt $(GPU_MODULE) ]; then \
+	      echo "gpuivf: linking $(GPU_MODULE) (the GPU engine the GPU worker loads)"; \
+	      $(CXX) -shared -o $(GPU_MODULE) $(GPU_LINK) || exit 1; \
+	    fi; \
+	  else \
+	    rm -f $(GPU_MODULE); \
+	    echo "gpuivf: WARNING: the GPU engine (cuda/) failed to build, see above;" \
+	         "gpuivf.so is built without it and scans run on the CPU" >&2; \
+	  fi; \
+	else \
+	  rm -f $(GPU_MODULE); \
+	  echo "gpuivf: built without CUDA (nvcc not found): no GPU engine, scans run on the CPU"; \
+	fi
+else
+	@rm -f $(GPU_MODULE); echo "gpuivf: WITH_CUDA=no: built without the GPU engine"
+endif
+
+install: install-gpu-module
+install-gpu-module: gpu-module installdirs
+	@if [ -f $(GPU_MODULE) ]; then \
+	  echo "$(INSTALL_SHLIB) $(GPU_MODULE) '$(DESTDIR)$(pkglibdir)/'"; \
+	  $(INSTALL_SHLIB) $(GPU_MODULE) '$(DESTDIR)$(pkglibdir)/'; \
+	else rm -f '$(DESTDIR)$(pkglibdir)/$(GPU_MODULE)'; fi
+
+uninstall: uninstall-gpu-module
+uninstall-gpu-module:
+	rm -f '$(DESTDIR)$(pkglibdir)/$(GPU_MODULE)'
+
+# A CPU stand-in for gpuivf_gpu.so (test/gpu/fake_engine.cpp, src/core
+# inside), so the worker protocol is tested where there is no GPU: the TAP
+# test sets gpuivf.engine_library to it.
+FAKE_GPU_ENGINE = $(BUILD_DIR)/gpuivf_fake_gpu$(DLSUFFIX)
+.PHONY: fake-gpu-engine
+fake-gpu-engine: $(FAKE_GPU_ENGINE)
+$(FAKE_GPU_ENGINE): $(srcdir)/test/gpu/fake_engine.cpp $(CORE_LIB) $(srcdir)/cuda/include/gpuivf_cuda.h
+	$(CXX) -std=c++17 -O2 -fPIC -shared -I$(srcdir)/src/core -I$(srcdir)/cuda/include \
+	  -o $@ $< $(CORE_LIB) $(filter -L% -Wl% -lopenblas,$(SHLIB_LINK)) -lopenblas -lstdc++ -lm
+
+clean: clean-gpu-module
+.PHONY: clean-gpu-module
+clean-gpu-module:
+	rm -f $(GPU_MODULE)

@@ -5,7 +5,12 @@
 # refuses to run as root.
 
 PG_MAJOR=${PG_MAJOR:-15}
-PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
+# PG_CONFIG (as for any PGXS build) selects another PostgreSQL installation.
+if [ -n "${PG_CONFIG:-}" ] && [ -x "$PG_CONFIG" ]; then
+	PG_BIN=$("$PG_CONFIG" --bindir)
+else
+	PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
+fi
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 
@@ -110,6 +115,7 @@ start_cluster() {
 		max_wal_size = 2GB
 		fsync = off
 		synchronous_commit = off
+		jit = off
 	EOF
 	as_pg pg_ctl -D "$dir/data" -l "$dir/server.log" -w start >/dev/null || { cat "$dir/server.log"; return 1; }
 	CLEANUP_CLUSTERS+=("$dir/data")

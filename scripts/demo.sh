@@ -61,7 +61,10 @@ SELECT count(*) AS rows, max(cardinality(embedding)) AS dims FROM items;
 CREATE INDEX items_embedding_idx ON items USING gpuivf (embedding);
 \\set ECHO none
 \\timing off
-SELECT jsonb_pretty(gpuivf_index_info('items_embedding_idx'));
+SELECT jsonb_pretty(jsonb_object_agg(key, value)) AS gpuivf_index_info
+FROM jsonb_each(gpuivf_index_info('items_embedding_idx'))
+WHERE key IN ('dims', 'metric', 'lists', 'pq_m', 'pq_bits', 'rerank', 'trained', 'vectors', 'pages',
+              'list_size', 'format_version');
 SELECT pg_size_pretty(pg_relation_size('items_embedding_idx')) AS index_size,
        pg_size_pretty(pg_relation_size('items')) AS table_size;
 
@@ -79,29 +82,36 @@ FROM items ORDER BY embedding <-> (SELECT embedding FROM queries WHERE id = 0) L
 SET enable_indexscan = off;
 SET enable_bitmapscan = off;
 CREATE TEMP TABLE exact AS
-SELECT q.id AS qid, e.id
-FROM queries q, LATERAL (SELECT id FROM items ORDER BY embedding <-> q.embedding LIMIT 10) e;
+SELECT q.id AS qid, ARRAY(SELECT id FROM items ORDER BY embedding <-> q.embedding LIMIT 10) AS ids
+FROM queries q;
 RESET enable_indexscan;
 RESET enable_bitmapscan;
 
-CREATE FUNCTION pg_temp.recall_at_10() RETURNS numeric LANGUAGE sql AS \$\$
-  SELECT round(avg(hits) / 10.0, 3) FROM (
+-- recall@10 of the index over all queries at one gpuivf.probes, and the
+-- average time per query
+CREATE FUNCTION pg_temp.recall_at_10(probes int, OUT "recall@10" numeric, OUT ms_per_query numeric)
+LANGUAGE plpgsql AS \$\$
+DECLARE
+  t0 timestamptz;
+BEGIN
+  PERFORM set_config('gpuivf.probes', probes::text, true);
+  t0 := clock_timestamp();
+  SELECT round(avg(hits) / 10.0, 3) INTO "recall@10" FROM (
     SELECT (SELECT count(*) FROM (SELECT id FROM items ORDER BY embedding <-> q.embedding LIMIT 10) a
-            WHERE a.id IN (SELECT id FROM exact WHERE qid = q.id)) AS hits
-    FROM queries q) s
+            WHERE a.id = ANY (e.ids)) AS hits
+    FROM queries q JOIN exact e ON e.qid = q.id) s;
+  ms_per_query := round((extract(epoch FROM clock_timestamp() - t0) * 1000
+                         / (SELECT count(*) FROM queries))::numeric, 3);
+END
 \$\$;
 
 \\echo
 \\echo '--- recall@10 over $QUERIES queries at several gpuivf.probes (0 = automatic)'
-\\timing on
-SET gpuivf.probes = 0;  SELECT 'auto' AS probes, pg_temp.recall_at_10() AS "recall@10";
-SET gpuivf.probes = 1;  SELECT 1 AS probes, pg_temp.recall_at_10() AS "recall@10";
-SET gpuivf.probes = 4;  SELECT 4 AS probes, pg_temp.recall_at_10() AS "recall@10";
-SET gpuivf.probes = 16; SELECT 16 AS probes, pg_temp.recall_at_10() AS "recall@10";
-\\timing off
+SELECT CASE WHEN p = 0 THEN 'auto' ELSE p::text END AS probes, r.*
+FROM unnest(ARRAY[0, 1, 2, 4, 8, 16]) AS p, LATERAL pg_temp.recall_at_10(p) AS r;
 
 \\echo
-\\echo '--- inner product and cosine use their own operator classes'
+\\echo '--- cosine distance (and inner product) use their own operator classes'
 \\set ECHO queries
 CREATE INDEX items_embedding_cos_idx ON items USING gpuivf (embedding float4_cosine_ops) WITH (lists = 50);
 SELECT id, round((embedding <=> (SELECT embedding FROM queries WHERE id = 0))::numeric, 4) AS cosine_distance

@@ -83,3 +83,32 @@ CREATE FUNCTION gpuivf_verify(regclass, heapallindexed boolean DEFAULT false) RE
 
 COMMENT ON FUNCTION gpuivf_verify(regclass, boolean) IS
     'checks a gpuivf index for consistency; with heapallindexed, that every row is indexed once';
+
+-- (worker helper, issue 4) the GPU workers: one row per worker, none when
+-- gpuivf is not in shared_preload_libraries
+
+CREATE FUNCTION gpuivf_stat(
+    OUT worker integer, OUT pid integer, OUT state text, OUT device integer,
+    OUT device_name text, OUT requests bigint, OUT queries bigint, OUT batches bigint,
+    OUT mean_batch_size double precision, OUT max_batch_size bigint,
+    OUT mean_queue_wait_ms double precision, OUT gpu_time_ms double precision,
+    OUT indexes_cached integer, OUT bytes_cached bigint, OUT cpu_fallbacks bigint,
+    OUT errors bigint, OUT loads bigint, OUT refreshes bigint, OUT evictions bigint,
+    OUT builds bigint, OUT message text, OUT started_at timestamptz)
+    RETURNS SETOF record
+    AS 'MODULE_PATHNAME', 'gpuivf_stat'
+    LANGUAGE C STRICT VOLATILE;
+
+CREATE VIEW gpuivf_stat AS SELECT * FROM gpuivf_stat();
+
+COMMENT ON VIEW gpuivf_stat IS
+    'gpuivf GPU workers: state, requests, batching, queue wait, GPU time, cache, CPU fallbacks, errors';
+
+CREATE FUNCTION gpuivf_worker_search(index regclass, query real[], k integer,
+    nprobe integer DEFAULT 0, OUT heap_tid tid, OUT distance double precision)
+    RETURNS SETOF record
+    AS 'MODULE_PATHNAME', 'gpuivf_worker_search'
+    LANGUAGE C STRICT VOLATILE;
+
+COMMENT ON FUNCTION gpuivf_worker_search(regclass, real[], integer, integer) IS
+    'the k nearest rows as the gpuivf GPU worker answers them (diagnostic; nprobe 0 = gpuivf.probes or automatic)';

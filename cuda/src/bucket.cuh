@@ -14,12 +14,16 @@
     namespace gpuivf_cuda {                                                                              \
     void launch_select_rows_w##W(const SelectRowsArgs &a, int splits, cudaStream_t stream) {             \
         constexpr int kT = ThreadQueueLength<W>::value;                                                  \
-        const dim3 grid(static_cast<unsigned>(a.rows), static_cast<unsigned>(splits));                  \
+        const int64_t blocks = a.warp_rows ? ceil_div(a.rows, kSelectRowsThreads / 32) : a.rows;         \
+        const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(splits));                   \
         select_rows_kernel<W, kT, kSelectRowsThreads><<<grid, kSelectRowsThreads, 0, stream>>>(a);       \
         GPUIVF_CUDA_CHECK_LAUNCH();                                                                      \
     }                                                                                                    \
+    size_t ivfpq_scan_queue_bytes_w##W() {                                                               \
+        return sizeof(Key) * (kScanThreads / 32) * WarpSelect<W, ScanQueueLength<W>::value>::kSmemKeys;  \
+    }                                                                                                    \
     void launch_ivfpq_scan_w##W(const IvfPqScanArgs &a, size_t smem_bytes, cudaStream_t stream) {       \
-        constexpr int kT = ThreadQueueLength<W>::value;                                                  \
+        constexpr int kT = ScanQueueLength<W>::value;                                                    \
         auto kernel = ivfpq_scan_kernel<W, kT, kScanThreads>;                                            \
         if (smem_bytes > 48 * 1024)                                                                      \
             GPUIVF_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,    \

@@ -132,50 +132,49 @@ __host__ __device__ __forceinline__ uint32_t key_index(Key k) { return static_ca
  */
 constexpr int kCoreLanes = 16;
 
-/* One thread, whole vectors (short ones: PQ sub-vectors, dsub <= 16 mostly). */
+/* One thread, whole vectors (short ones: PQ sub-vectors, dsub <= 16 mostly).
+ * Past the end a lane adds +0, which leaves it unchanged (an accumulator
+ * that starts at +0 never becomes -0); selects instead of predicated stores
+ * keep acc[] in registers. */
+__device__ __forceinline__ float core_lane_reduce(const float (&acc)[kCoreLanes]) {
+    /* Written out: loops here get re-rolled into dynamic indexing. */
+    const float a0 = __fadd_rn(acc[0], acc[8]), a1 = __fadd_rn(acc[1], acc[9]);
+    const float a2 = __fadd_rn(acc[2], acc[10]), a3 = __fadd_rn(acc[3], acc[11]);
+    const float a4 = __fadd_rn(acc[4], acc[12]), a5 = __fadd_rn(acc[5], acc[13]);
+    const float a6 = __fadd_rn(acc[6], acc[14]), a7 = __fadd_rn(acc[7], acc[15]);
+    const float b0 = __fadd_rn(a0, a4), b1 = __fadd_rn(a1, a5), b2 = __fadd_rn(a2, a6), b3 = __fadd_rn(a3, a7);
+    const float c0 = __fadd_rn(b0, b2), c1 = __fadd_rn(b1, b3);
+    return __fadd_rn(c0, c1);
+}
+
 __device__ __forceinline__ float core_l2_squared_serial(const float *a, const float *b, int d) {
     float acc[kCoreLanes];
 #pragma unroll
     for (int l = 0; l < kCoreLanes; l++) acc[l] = 0.0f;
-    int i = 0;
-    for (; i + kCoreLanes <= d; i += kCoreLanes) {
+    for (int i = 0; i < d; i += kCoreLanes) {
 #pragma unroll
         for (int l = 0; l < kCoreLanes; l++) {
-            float diff = __fsub_rn(a[i + l], b[i + l]);
+            const bool in = i + l < d;
+            const float diff = in ? __fsub_rn(a[i + l], b[i + l]) : 0.0f;
             acc[l] = __fadd_rn(acc[l], __fmul_rn(diff, diff));
         }
     }
-#pragma unroll
-    for (int l = 0; l < kCoreLanes; l++) {
-        if (i + l < d) {
-            float diff = __fsub_rn(a[i + l], b[i + l]);
-            acc[l] = __fadd_rn(acc[l], __fmul_rn(diff, diff));
-        }
-    }
-#pragma unroll
-    for (int w = kCoreLanes / 2; w > 0; w /= 2)
-#pragma unroll
-        for (int l = 0; l < w; l++) acc[l] = __fadd_rn(acc[l], acc[l + w]);
-    return acc[0];
+    return core_lane_reduce(acc);
 }
 
 __device__ __forceinline__ float core_inner_product_serial(const float *a, const float *b, int d) {
     float acc[kCoreLanes];
 #pragma unroll
     for (int l = 0; l < kCoreLanes; l++) acc[l] = 0.0f;
-    int i = 0;
-    for (; i + kCoreLanes <= d; i += kCoreLanes) {
+    for (int i = 0; i < d; i += kCoreLanes) {
 #pragma unroll
-        for (int l = 0; l < kCoreLanes; l++) acc[l] = __fadd_rn(acc[l], __fmul_rn(a[i + l], b[i + l]));
+        for (int l = 0; l < kCoreLanes; l++) {
+            const bool in = i + l < d;
+            const float prod = in ? __fmul_rn(a[i + l], b[i + l]) : 0.0f;
+            acc[l] = __fadd_rn(acc[l], prod);
+        }
     }
-#pragma unroll
-    for (int l = 0; l < kCoreLanes; l++)
-        if (i + l < d) acc[l] = __fadd_rn(acc[l], __fmul_rn(a[i + l], b[i + l]));
-#pragma unroll
-    for (int w = kCoreLanes / 2; w > 0; w /= 2)
-#pragma unroll
-        for (int l = 0; l < w; l++) acc[l] = __fadd_rn(acc[l], acc[l + w]);
-    return acc[0];
+    return core_lane_reduce(acc);
 }
 
 /*
@@ -186,7 +185,8 @@ __device__ __forceinline__ float core_inner_product_serial(const float *a, const
  */
 __device__ __forceinline__ float core_lane_sum(float acc) {
 #pragma unroll
-    for (int w = kCoreLanes / 2; w > 0; w /= 2) {
+    for (int lw = 3; lw >= 0; lw--) {
+        const int w = 1 << lw;
         float other = __shfl_down_sync(0xffffffffu, acc, w, kCoreLanes);
         acc = __fadd_rn(acc, other);
     }

@@ -46,17 +46,12 @@ __device__ __forceinline__ int nearest_codeword(const float *xp, const float *ce
             for (int t0 = 0; t0 < dsub; t0 += kCoreLanes) {
 #pragma unroll
                 for (int l = 0; l < kCoreLanes; l++) {
-                    if (t0 + l < dsub) {
-                        const float diff = __fsub_rn(__fsub_rn(xp[t0 + l], cent[t0 + l]), cw[t0 + l]);
-                        lanes[l] = __fadd_rn(lanes[l], __fmul_rn(diff, diff));
-                    }
+                    const bool in = t0 + l < dsub;
+                    const float diff = in ? __fsub_rn(__fsub_rn(xp[t0 + l], cent[t0 + l]), cw[t0 + l]) : 0.0f;
+                    lanes[l] = __fadd_rn(lanes[l], __fmul_rn(diff, diff));
                 }
             }
-#pragma unroll
-            for (int w = kCoreLanes / 2; w > 0; w /= 2)
-#pragma unroll
-                for (int l = 0; l < w; l++) lanes[l] = __fadd_rn(lanes[l], lanes[l + w]);
-            acc = lanes[0];
+            acc = core_lane_reduce(lanes);
         }
         if (c == 0 || acc < best) {
             best = acc;

@@ -36,15 +36,16 @@
 
 namespace gpuivf_cuda {
 
-/* ADC sum of one 8-bit code (chunks of 16 sub-quantizers). */
+/* ADC sum of one 8-bit code (chunks of 16 sub-quantizers).  src/core sums
+ * groups of eight with s[j % 4] and the last m % 8 into s0. */
 __device__ __forceinline__ float adc_sum_8bit(const uint4 *cp, const float *lut, int chunks, int m) {
     float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-    const int m4 = m & ~3;
+    const int m8 = m & ~7;
     for (int c = 0; c < chunks; ++c) {
         const uint4 w = __ldg(cp + c * 32);
         const float *lc = lut + c * (16 * 256);
         const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-        if ((c + 1) * 16 <= m4) {
+        if ((c + 1) * 16 <= m8) {
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
                 const uint32_t x = words[q];
@@ -54,13 +55,12 @@ __device__ __forceinline__ float adc_sum_8bit(const uint4 *cp, const float *lut,
                 s3 += lc[(4 * q + 3) * 256 + (x >> 24)];
             }
         } else {
-            /* The last chunk: sub-quantizers from m4 on go to s0, as on the CPU. */
 #pragma unroll
             for (int b = 0; b < 16; ++b) {
                 const int j = c * 16 + b;
                 if (j < m) {
                     const float v = lc[b * 256 + ((words[b >> 2] >> (8 * (b & 3))) & 0xffu)];
-                    if (j >= m4 || (b & 3) == 0)
+                    if (j >= m8 || (b & 3) == 0)
                         s0 += v;
                     else if ((b & 3) == 1)
                         s1 += v;
@@ -75,23 +75,68 @@ __device__ __forceinline__ float adc_sum_8bit(const uint4 *cp, const float *lut,
     return (s0 + s1) + (s2 + s3);
 }
 
-/* ADC sum of one 4-bit code (chunks of 32 sub-quantizers, two per byte). */
+/* ADC sum of one 4-bit code (chunks of 32 sub-quantizers, two per byte).
+ * src/core sums groups of sixteen with s[j % 4] and the last m % 16 into s0. */
 __device__ __forceinline__ float adc_sum_4bit(const uint4 *cp, const float *lut, int chunks, int m) {
-    float s0 = 0.0f, s1 = 0.0f;
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+    const int m16 = m & ~15;
     for (int c = 0; c < chunks; ++c) {
         const uint4 w = __ldg(cp + c * 32);
         const float *lc = lut + c * (32 * 16);
         const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-        const bool full = (c + 1) * 32 <= m;
+        if ((c + 1) * 32 <= m16) {
 #pragma unroll
-        for (int b = 0; b < 16; ++b) {
-            const uint32_t byte = (words[b >> 2] >> (8 * (b & 3))) & 0xffu;
-            const int j0 = c * 32 + 2 * b;
-            if (full || j0 < m) s0 += lc[(2 * b) * 16 + (byte & 15u)];
-            if (full || j0 + 1 < m) s1 += lc[(2 * b + 1) * 16 + (byte >> 4)];
+            for (int b = 0; b < 16; b += 2) {
+                const uint32_t lo = (words[b >> 2] >> (8 * (b & 3))) & 0xffu;
+                const uint32_t hi = (words[b >> 2] >> (8 * ((b + 1) & 3))) & 0xffu;
+                s0 += lc[(2 * b + 0) * 16 + (lo & 15u)];
+                s1 += lc[(2 * b + 1) * 16 + (lo >> 4)];
+                s2 += lc[(2 * b + 2) * 16 + (hi & 15u)];
+                s3 += lc[(2 * b + 3) * 16 + (hi >> 4)];
+            }
+        } else {
+#pragma unroll
+            for (int b = 0; b < 16; ++b) {
+                const uint32_t byte = (words[b >> 2] >> (8 * (b & 3))) & 0xffu;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int jr = 2 * b + h; /* in the chunk */
+                    const int j = c * 32 + jr;
+                    if (j < m) {
+                        const float v = lc[jr * 16 + (h ? (byte >> 4) : (byte & 15u))];
+                        if (j >= m16 || (jr & 3) == 0)
+                            s0 += v;
+                        else if ((jr & 3) == 1)
+                            s1 += v;
+                        else if ((jr & 3) == 2)
+                            s2 += v;
+                        else
+                            s3 += v;
+                    }
+                }
+            }
         }
     }
-    return s0 + s1;
+    return (s0 + s1) + (s2 + s3);
+}
+
+/* One entry of a sub-space table with src/core's arithmetic (ivfpq.cpp):
+ * sub-spaces of 1, 2, 4 or 8 dimensions are summed in order, others in the
+ * 16 lanes of distance.cpp; inner product tables hold -r.c. */
+__device__ __forceinline__ float core_table_entry(const float *r, const float *cw, int dsub, bool ip) {
+    if (dsub == 1 || dsub == 2 || dsub == 4 || dsub == 8) {
+        float s = 0.0f;
+        for (int t = 0; t < dsub; ++t) {
+            if (ip) {
+                s = __fadd_rn(s, __fmul_rn(r[t], cw[t]));
+            } else {
+                const float diff = __fsub_rn(r[t], cw[t]);
+                s = __fadd_rn(s, __fmul_rn(diff, diff));
+            }
+        }
+        return ip ? -s : s;
+    }
+    return ip ? -core_inner_product_serial(r, cw, dsub) : core_l2_squared_serial(r, cw, dsub);
 }
 
 /* The query's table (list independent): -2 <q_j, cw> for L2/cosine (fast
@@ -104,7 +149,7 @@ __device__ __forceinline__ void build_query_lut(const IvfPqScanArgs &a, const fl
         const float *qj = qs + j * a.dsub;
         const float *cw = a.codebook + static_cast<int64_t>(i) * a.dsub;
         if (ip) {
-            lut[i] = -core_inner_product_serial(qj, cw, a.dsub);
+            lut[i] = core_table_entry(qj, cw, a.dsub, true);
         } else {
             float acc = 0.0f;
             for (int t = 0; t < a.dsub; ++t) acc = fmaf(qj[t], __ldg(cw + t), acc);
@@ -113,13 +158,35 @@ __device__ __forceinline__ void build_query_lut(const IvfPqScanArgs &a, const fl
     }
 }
 
+/* Blocks per multiprocessor the register budget is sized for: small queues
+ * leave room for more resident warps (latency hiding for the code loads). */
+template <int W>
+struct ScanMinBlocks {
+    static constexpr int value = W <= 64 ? 4 : (W <= 256 ? 2 : 1);
+};
+
+/* Thread-queue slots per lane in the scan (shared memory is shared with the
+ * look-up table, so fewer than in select_rows). */
+template <int W>
+struct ScanQueueLength {
+    static constexpr int value = W <= 64 ? 2 : (W <= 512 ? 4 : 8);
+};
+
 template <int W, int T, int kThreads>
-__global__ void __launch_bounds__(kThreads) ivfpq_scan_kernel(const IvfPqScanArgs a) {
+__global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_kernel(const IvfPqScanArgs a) {
     constexpr int kWarps = kThreads / 32;
+    using WS = WarpSelect<W, T>;
     extern __shared__ __align__(16) unsigned char scan_smem[];
     __shared__ Key block_threshold;
 
-    float *lut = reinterpret_cast<float *>(scan_smem);
+    /* [thread queues][probes: start, offset, bias][table | later the queue merge] */
+    Key *queues = reinterpret_cast<Key *>(scan_smem);
+    int *pstart = reinterpret_cast<int *>(scan_smem + sizeof(Key) * kWarps * WS::kSmemKeys);
+    uint32_t *poff = reinterpret_cast<uint32_t *>(pstart + a.probes_per_split + 1);
+    float *pbias = reinterpret_cast<float *>(poff + a.probes_per_split);
+    unsigned char *tail = reinterpret_cast<unsigned char *>(pbias + a.probes_per_split);
+    tail += (16 - reinterpret_cast<uintptr_t>(tail) % 16) % 16;
+    float *lut = reinterpret_cast<float *>(tail);
     const int lut_floats = a.m_pad * a.ksub;
     float *qs = lut + lut_floats;  /* the query */
     float *rs = qs + a.d;          /* residual q - c (per-list tables) */
@@ -132,7 +199,7 @@ __global__ void __launch_bounds__(kThreads) ivfpq_scan_kernel(const IvfPqScanArg
     k = k < 1 ? 1 : (k > W ? W : k);
     const int nprobe = a.query_nprobe ? min(a.query_nprobe[q], a.nprobe) : a.nprobe;
     const int p0 = split * a.probes_per_split;
-    const int p1 = min(nprobe, p0 + a.probes_per_split);
+    const int np = max(0, min(nprobe, p0 + a.probes_per_split) - p0); /* this block's probes */
     const bool ip = a.metric == static_cast<int>(Metric::InnerProduct);
     const bool list_lut = a.per_list_lut != 0 && !ip;
     const float *term2 = (!ip && !list_lut) ? a.term2 : nullptr;
@@ -141,18 +208,33 @@ __global__ void __launch_bounds__(kThreads) ivfpq_scan_kernel(const IvfPqScanArg
     /* Padding sub-quantizers (code bytes that are always 0) score 0. */
     for (int i = a.m * a.ksub + threadIdx.x; i < lut_floats; i += kThreads) lut[i] = 0.0f;
     if (threadIdx.x == 0) block_threshold = kSentinelKey;
+    /* The probed lists as one stream: pstart[i] = codes before probe i. */
+    for (int i = threadIdx.x; i < np; i += kThreads) {
+        const int64_t slot = static_cast<int64_t>(q) * a.probe_ld + p0 + i;
+        const int list = a.probe_lists[slot];
+        pstart[i + 1] = list < 0 ? 0 : a.list_size[list];
+        poff[i] = list < 0 ? 0u : a.list_offset[list];
+        pbias[i] = list_lut ? 0.0f : a.probe_bias[slot];
+    }
     __syncthreads();
-    if (!list_lut && p0 < p1) build_query_lut(a, qs, lut, ip);
+    if (threadIdx.x == 0) {
+        pstart[0] = 0;
+        for (int i = 0; i < np; ++i) pstart[i + 1] += pstart[i];
+    }
+    if (!list_lut && np > 0) build_query_lut(a, qs, lut, ip);
     __syncthreads();
 
-    WarpSelect<W, T> ws;
-    ws.init(k, &block_threshold);
+    WS ws;
+    ws.init(k, queues + warp * WS::kSmemKeys, &block_threshold);
 
-    for (int p = p0; p < p1; ++p) {
-        const int list = a.probe_lists[static_cast<int64_t>(q) * a.probe_ld + p];
-        if (list < 0) continue;
-        float bias = a.probe_bias[static_cast<int64_t>(q) * a.probe_ld + p];
+    /* Segments of the stream sharing one table: all probes, or (per-list
+     * tables) one list at a time. */
+    int pi = 0; /* this thread's probe cursor */
+    for (int seg = 0; seg < np; seg = list_lut ? seg + 1 : np) {
+        const int seg_end = list_lut ? seg + 1 : np;
         if (list_lut) {
+            const int list = a.probe_lists[static_cast<int64_t>(q) * a.probe_ld + p0 + seg];
+            if (list < 0) continue;
             /* The CPU's table for this list: |r_j - cw|^2 with r = q - c. */
             __syncthreads();
             const float *c = a.centroids + static_cast<int64_t>(list) * a.d;
@@ -161,34 +243,38 @@ __global__ void __launch_bounds__(kThreads) ivfpq_scan_kernel(const IvfPqScanArg
             const int total = a.m * a.ksub;
             for (int i = threadIdx.x; i < total; i += kThreads) {
                 const int j = i / a.ksub;
-                lut[i] = core_l2_squared_serial(rs + j * a.dsub, a.codebook + static_cast<int64_t>(i) * a.dsub, a.dsub);
+                lut[i] = core_table_entry(rs + j * a.dsub, a.codebook + static_cast<int64_t>(i) * a.dsub, a.dsub, false);
             }
             __syncthreads();
-            bias = 0.0f;
         }
-        const uint32_t off = a.list_offset[list];
-        const int len = a.list_size[list];
-        for (int b = 0; b < len; b += kThreads) {
-            const int i = b + threadIdx.x;
-            const bool valid = i < len;
+        const int g0 = pstart[seg], g1 = pstart[seg_end];
+        pi = seg;
+        for (int b = g0; b < g1; b += kThreads) {
+            const int g = b + threadIdx.x;
+            const bool valid = g < g1;
             float score = 0.0f;
+            uint32_t pos = 0;
             if (valid) {
-                const uint32_t pos = off + static_cast<uint32_t>(i);
+                while (pstart[pi + 1] <= g) ++pi;
+                pos = poff[pi] + static_cast<uint32_t>(g - pstart[pi]);
                 const uint4 *cp = a.codes + static_cast<size_t>(pos >> 5) * a.code_chunks * 32 + (pos & 31u);
                 const float sum = a.nbits == 8 ? adc_sum_8bit(cp, lut, a.code_chunks, a.m)
                                                : adc_sum_4bit(cp, lut, a.code_chunks, a.m);
+                const float bias = pbias[pi];
                 score = term2 ? (bias + __ldg(term2 + pos)) + sum : bias + sum;
             }
             const bool pass = valid && ws.may_pass(score);
-            if (__any_sync(kFullMask, pass))
-                ws.add(pass ? make_key(score, off + static_cast<uint32_t>(i)) : kSentinelKey);
+            if (__any_sync(kFullMask, pass)) {
+                ws.reserve(1);
+                if (pass) ws.offer(score, pos);
+            }
+            ws.refresh();
         }
-        ws.refresh();
     }
 
     ws.flush();
     __syncthreads(); /* the table is dead: its memory holds the queue merge */
-    block_merge_queues<W, T, kWarps>(ws, reinterpret_cast<Key *>(scan_smem));
+    block_merge_queues<W, T, kWarps>(ws, reinterpret_cast<Key *>(tail));
     if (warp == 0) {
         Key *o = a.out + (static_cast<int64_t>(q) * gridDim.x + split) * a.out_ld;
 #pragma unroll

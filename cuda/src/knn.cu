@@ -1,14 +1,16 @@
 /*
  * knn.cu — exact kNN by tiles.
  *
- * For a tile of queries Q and base rows X the GEMM writes -2 Q X^T (inner
- * product: -Q X^T) into a row-major distance tile; the select kernel adds
- * |x|^2 per column on the fly (cosine: scales by 1/|x| and adds |x^|^2), so
- * the norm add costs no extra pass, and keeps each query's best keys.  The
- * running result of the previous base tiles seeds the next tile's selection
- * (warp 0's queue and the block threshold start from it), so there is no
- * separate merge pass and later tiles reject almost everything at the first
- * compare.  |q|^2 is constant per row and only added at the end.
+ * For a tile of queries Q and base rows X one GEMM writes finished scores
+ * into a row-major tile: the norm add is fused into the GEMM by one extra
+ * dimension, [q, 1] . [-2x, |x|^2] = |x|^2 - 2 q.x (cosine: x replaced by
+ * the unit vector x^; inner product: -q.x, no extra dimension), so neither a
+ * separate pass nor per-column loads in the selection are needed.  |q|^2 is
+ * constant per row and only added at the end.  The select kernel keeps each
+ * query's best keys; the running result of the previous base tiles seeds the
+ * next tile's selection (the queue and the threshold start from it), so
+ * there is no separate merge pass and later tiles reject almost everything
+ * at the first compare.
  *
  * GEMM and selection overlap: GEMMs run on the second stream into two tile
  * buffers while the selection of the previous tile runs on the main stream,
@@ -47,6 +49,33 @@ __global__ void knn_gemm_finalize_kernel(const Key *keys, int64_t key_ld, int64_
     out_ids[t] = key_index(key);
 }
 
+/* out row i = [-2 x^, |x^|^2, 0 ...] (da floats), x^ = x * scale[i] (cosine)
+ * or x; a warp per row. */
+__global__ void augment_base_kernel(const float *x, int64_t n, int d, int da, const float *scale, float *out) {
+    const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x & 31;
+    if (row >= n) return;
+    const float s = scale ? scale[row] : 1.0f;
+    float acc = 0.0f;
+    for (int t = lane; t < d; t += 32) {
+        const float v = scale ? __fmul_rn(x[row * d + t], s) : x[row * d + t];
+        acc = fmaf(v, v, acc);
+        out[row * da + t] = -2.0f * v;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    for (int t = d + lane; t < da; t += 32) out[row * da + t] = t == d ? acc : 0.0f;
+}
+
+/* out row i = [q, 1, 0 ...] (da floats). */
+__global__ void augment_queries_kernel(const float *q, int64_t n, int d, int da, float *out) {
+    const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (t >= n * da) return;
+    const int64_t row = t / da;
+    const int c = static_cast<int>(t - row * da);
+    out[t] = c < d ? q[row * d + c] : (c == d ? 1.0f : 0.0f);
+}
+
 __global__ void fill_padding_kernel(int64_t count, float *scores, uint64_t *ids) {
     const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= count) return;
@@ -77,13 +106,13 @@ void exact_knn(Resources &res, Metric metric, const float *base, int64_t n, cons
     const bool ip = metric == Metric::InnerProduct;
     const bool cosine = metric == Metric::Cosine;
 
-    /* Per-base-row terms of the fused epilogue. */
-    TempBuffer<float> col_add, col_scale;
-    if (!ip) col_add.allocate(res, n);
-    if (cosine) col_scale.allocate(res, n);
-    if (!ip)
-        row_norms(res, base, n, d, cosine ? nullptr : col_add.data(), cosine ? col_scale.data() : nullptr,
-                  cosine ? col_add.data() : nullptr);
+    /* Cosine: prepare_vector's scale of each base row (the CPU's bits, for
+     * the exact re-score). */
+    TempBuffer<float> col_scale;
+    if (cosine) {
+        col_scale.allocate(res, n);
+        row_norms(res, base, n, d, nullptr, col_scale.data(), nullptr);
+    }
 
     /* Prepared queries and their norms (added back at the end). */
     const float *qp = queries;
@@ -96,6 +125,25 @@ void exact_knn(Resources &res, Metric metric, const float *base, int64_t n, cons
     if (!ip && !opts.exact_rescore) {
         qnorms.allocate(res, nq);
         row_norms(res, qp, nq, d, qnorms.data(), nullptr, nullptr);
+    }
+
+    /* GEMM operands: the augmented rows (norm add fused into the GEMM), or
+     * the plain ones for inner product and for the GEMM-only benchmark. */
+    const bool augment = !ip && !opts.gemm_only;
+    const int da = augment ? static_cast<int>(round_up(d + 1, 4)) : d;
+    const float *gb = base, *gq = qp;
+    TempBuffer<float> base_aug, q_aug;
+    if (augment) {
+        base_aug.allocate(res, n * da);
+        augment_base_kernel<<<static_cast<unsigned>(ceil_div(n * 32, 256)), 256, 0, res.stream>>>(
+            base, n, d, da, cosine ? col_scale.data() : nullptr, base_aug.data());
+        GPUIVF_CUDA_CHECK_LAUNCH();
+        q_aug.allocate(res, nq * da);
+        augment_queries_kernel<<<static_cast<unsigned>(ceil_div(nq * da, 256)), 256, 0, res.stream>>>(qp, nq, d, da,
+                                                                                                    q_aug.data());
+        GPUIVF_CUDA_CHECK_LAUNCH();
+        gb = base_aug.data();
+        gq = q_aug.data();
     }
 
     const int ks = knn_shortlist(k, n, opts.exact_rescore);
@@ -116,7 +164,7 @@ void exact_knn(Resources &res, Metric metric, const float *base, int64_t n, cons
     TempBuffer<Key> state(res, qt * ks);
     TempBuffer<Key> partial;
 
-    const float alpha = ip ? -1.0f : -2.0f;
+    const float alpha = augment ? 1.0f : (ip ? -1.0f : -2.0f);
     const float beta = 0.0f;
 
     for (int64_t q0 = 0; q0 < nq; q0 += qt) {
@@ -136,7 +184,7 @@ void exact_knn(Resources &res, Metric metric, const float *base, int64_t n, cons
             if (t >= 2) GPUIVF_CUDA_TRY(cudaStreamWaitEvent(res.gemm_stream, res.ev_select[b], 0));
             /* Column-major C (cols x rows, ldc) = X^T-view * Q: row-major [query][base]. */
             GPUIVF_CUBLAS_TRY(cublasSgemm(res.cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(cols),
-                                          static_cast<int>(rows), d, &alpha, base + c0 * d, d, qp + q0 * d, d,
+                                          static_cast<int>(rows), da, &alpha, gb + c0 * da, da, gq + q0 * da, da,
                                           &beta, tile, static_cast<int>(ldc)));
             GPUIVF_CUDA_TRY(cudaEventRecord(res.ev_gemm[b], res.gemm_stream));
             GPUIVF_CUDA_TRY(cudaStreamWaitEvent(res.stream, res.ev_gemm[b], 0));
@@ -146,13 +194,12 @@ void exact_knn(Resources &res, Metric metric, const float *base, int64_t n, cons
                 a.ld = ldc;
                 a.rows = rows;
                 a.cols = cols;
-                a.col_scale = cosine ? col_scale.data() + c0 : nullptr;
-                a.col_add = ip ? nullptr : col_add.data() + c0;
                 a.index_base = static_cast<uint32_t>(c0);
                 a.k = ks;
                 a.out_count = ks;
                 if (splits == 1) {
                     a.split_cols = round_up(cols, 4);
+                    a.warp_rows = use_warp_rows(res, rows) ? 1 : 0;
                     a.init = t > 0 ? state.data() : nullptr;
                     a.init_ld = ks;
                     a.out = state.data();

@@ -52,7 +52,9 @@ void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, c
     const int w = select_bucket(kscan_max);
 
     const size_t lut_bytes = sizeof(float) * (static_cast<size_t>(ix.m_pad) * ix.ksub + 2 * static_cast<size_t>(ix.d));
-    const size_t smem = std::max(lut_bytes, ivfpq_scan_merge_bytes(w));
+    /* The per-probe arrays are sized for one block's share of the probes. */
+    const size_t probe_bytes_max = 12 * static_cast<size_t>(npmax + 1) + 16;
+    const size_t smem = ivfpq_scan_queue_bytes(w) + probe_bytes_max + std::max(lut_bytes, ivfpq_scan_merge_bytes(w));
     GPUIVF_REQUIRE(smem <= res.smem_optin,
                    "look-up tables of %d sub-quantizers x %d codes do not fit in the GPU's shared memory", ix.m,
                    ix.ksub);

@@ -37,6 +37,22 @@ void launch_ivfpq_scan(int w, const IvfPqScanArgs &a, size_t smem_bytes, cudaStr
 
 size_t ivfpq_scan_merge_bytes(int w) { return static_cast<size_t>(kScanThreads / 32) * w * sizeof(Key); }
 
+size_t ivfpq_scan_queue_bytes(int w) {
+    switch (w) {
+        case 32: return ivfpq_scan_queue_bytes_w32();
+        case 64: return ivfpq_scan_queue_bytes_w64();
+        case 128: return ivfpq_scan_queue_bytes_w128();
+        case 256: return ivfpq_scan_queue_bytes_w256();
+        case 512: return ivfpq_scan_queue_bytes_w512();
+        case 1024: return ivfpq_scan_queue_bytes_w1024();
+        default: throw Error(GPUIVF_CUDA_INTERNAL, "no k-selection bucket %d", w);
+    }
+}
+
+/* One warp per row once there are enough rows to give every multiprocessor
+ * several blocks of four rows. */
+bool use_warp_rows(const Resources &res, int64_t rows) { return rows >= 16 * static_cast<int64_t>(res.sm_count); }
+
 namespace {
 
 __global__ void keys_to_results_kernel(const Key *keys, int64_t key_ld, int64_t rows, int k, int negate,
@@ -93,6 +109,7 @@ void select_keys(Resources &res, const Key *keys, int64_t rows, int64_t cols, in
     a.out = out;
     a.out_ld = out_ld;
     a.out_count = out_count;
+    a.warp_rows = use_warp_rows(res, rows) ? 1 : 0;
     launch_select_rows(select_bucket(k), a, 1, res.stream);
 }
 
@@ -113,6 +130,7 @@ void select_rows_to_keys(Resources &res, const float *values, int64_t rows, int6
         a.split_cols = round_up(std::max<int64_t>(cols, 1), 4);
         a.out = out;
         a.out_ld = out_ld;
+        a.warp_rows = use_warp_rows(res, rows) ? 1 : 0;
         launch_select_rows(w, a, 1, res.stream);
         return;
     }

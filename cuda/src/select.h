@@ -5,9 +5,9 @@
  * k-bucket (32, 64, ..., 1024), each bucket in its own translation unit
  * (select_k32.cu ... select_k1024.cu) so the build parallelises and no file
  * grows huge; the bucket is chosen at run time from k:
- *  - select_rows: BlockSelect over rows of floats (with a fused per-column
- *    scale/add, used for the exact kNN's norm add) or of packed keys (the
- *    second pass that merges partial results);
+ *  - select_rows: WarpSelect / BlockSelect over rows of floats (exact kNN
+ *    tiles, select_k) or of packed keys (the second pass that merges
+ *    partial results);
  *  - ivfpq_scan: the IVF-PQ list scan, with the look-up table in shared
  *    memory and the selection fused in (ivfpq_scan.cuh).
  */
@@ -18,15 +18,16 @@
 
 namespace gpuivf_cuda {
 
-/* One block per (row, column split): blockIdx.x = row, blockIdx.y = split. */
+/* Block rows: one block per (row, column split): blockIdx.x = row,
+ * blockIdx.y = split.  Warp rows (warp_rows = 1, one split): each warp of a
+ * block selects its own row, blockIdx.x = row / 4. */
 struct SelectRowsArgs {
+    int32_t warp_rows = 0;
     const float *values = nullptr; /* float input, or */
     const Key *keys = nullptr;     /* packed keys (then scale/add/negate do not apply) */
     int64_t ld = 0;                /* input row stride, elements */
     int64_t rows = 0, cols = 0;
     int64_t split_cols = 0;        /* columns per split (a multiple of 4) */
-    const float *col_scale = nullptr; /* v = v * col_scale[c] + col_add[c] */
-    const float *col_add = nullptr;
     int32_t negate = 0;            /* select the largest: v = -v */
     uint32_t index_base = 0;       /* key index = index_base + column */
     const Key *init = nullptr;     /* previous best keys of each row (one split only) */
@@ -73,13 +74,19 @@ constexpr int kScanThreads = 256;
 void launch_select_rows(int w, const SelectRowsArgs &a, int splits, cudaStream_t stream);
 void launch_ivfpq_scan(int w, const IvfPqScanArgs &a, size_t smem_bytes, cudaStream_t stream);
 
-/* Shared memory the scan kernel needs besides its LUT (queue merge). */
+/* Shared memory of the scan kernel: its thread queues (first), then the
+ * larger of the look-up table and the final queue merge. */
+size_t ivfpq_scan_queue_bytes(int w);
 size_t ivfpq_scan_merge_bytes(int w);
+
+/* Whether rows are many enough for one warp per row. */
+bool use_warp_rows(const Resources &res, int64_t rows);
 
 /* Per-bucket entry points (one translation unit each). */
 #define GPUIVF_DECLARE_BUCKET(W)                                                                   \
     void launch_select_rows_w##W(const SelectRowsArgs &a, int splits, cudaStream_t stream);        \
-    void launch_ivfpq_scan_w##W(const IvfPqScanArgs &a, size_t smem_bytes, cudaStream_t stream);
+    void launch_ivfpq_scan_w##W(const IvfPqScanArgs &a, size_t smem_bytes, cudaStream_t stream);       \
+    size_t ivfpq_scan_queue_bytes_w##W();
 GPUIVF_DECLARE_BUCKET(32)
 GPUIVF_DECLARE_BUCKET(64)
 GPUIVF_DECLARE_BUCKET(128)

@@ -1,15 +1,19 @@
 /*
- * select_rows.cuh — BlockSelect over rows: one block (4 warps) per row or
- * row segment, each warp a WarpSelect over an interleaved share of the
- * columns, warps sharing their best threshold through shared memory, then a
- * tree merge of the warp queues.
+ * select_rows.cuh — WarpSelect / BlockSelect over rows.  Two layouts:
+ *  - warp rows: each warp of the block selects its own row (many rows: no
+ *    block merge, and each row's early phase, when almost everything passes,
+ *    is paid once instead of once per warp);
+ *  - block rows: the block's four warps share one row (or row segment),
+ *    interleaving its columns and sharing the best threshold through shared
+ *    memory, then merging their queues in a tree (few, long rows).
  *
- * The float path is the bandwidth-critical one (exact kNN tiles, select_k):
- * 16-byte streaming loads, four in flight per thread, a fused
- * v * scale[c] + add[c] (the norm add of the exact kNN), and a fast filter
- * that tests four plain floats against the threshold with one warp vote;
- * only when some lane of the warp has a survivor does the warp build keys and
- * go through WarpSelect::add.
+ * Every thread takes four consecutive columns per step.  The float path is
+ * the bandwidth-critical one (exact kNN tiles, select_k): 16-byte streaming
+ * loads, four in flight per thread, and a fast filter that tests plain floats
+ * against the threshold with one warp vote per step; only a warp with a
+ * survivor reserves thread-queue room and offers its candidates.  (The exact
+ * kNN's norm add happens inside its GEMM, knn.cu, so the tiles arrive here
+ * as finished scores.)
  */
 #ifndef GPUIVF_CUDA_SELECT_ROWS_CUH
 #define GPUIVF_CUDA_SELECT_ROWS_CUH
@@ -19,33 +23,50 @@
 
 namespace gpuivf_cuda {
 
-__device__ __forceinline__ float select_transform(const SelectRowsArgs &a, float v, int64_t c) {
-    if (a.col_scale) v = v * __ldg(a.col_scale + c);
-    if (a.col_add) v = v + __ldg(a.col_add + c);
-    return a.negate ? -v : v;
+/* Register budget: at least this many blocks per multiprocessor. */
+template <int W>
+struct SelectMinBlocks {
+    static constexpr int value = W <= 64 ? 8 : (W <= 256 ? 4 : 1);
+};
+
+/* Four consecutive values of a row starting at column c (< c1). */
+__device__ __forceinline__ float4 load4(const float *rp, int c, int c1, bool vec) {
+    if (vec && c + 3 < c1) return __ldcs(reinterpret_cast<const float4 *>(rp + c));
+    float4 v;
+    v.x = __ldcs(rp + c);
+    v.y = c + 1 < c1 ? __ldcs(rp + c + 1) : 0.0f;
+    v.z = c + 2 < c1 ? __ldcs(rp + c + 2) : 0.0f;
+    v.w = c + 3 < c1 ? __ldcs(rp + c + 3) : 0.0f;
+    return v;
 }
 
 template <int W, int T, int kThreads>
-__global__ void __launch_bounds__(kThreads) select_rows_kernel(const SelectRowsArgs a) {
+__global__ void __launch_bounds__(kThreads, SelectMinBlocks<W>::value) select_rows_kernel(const SelectRowsArgs a) {
     constexpr int kWarps = kThreads / 32;
     constexpr int kUnroll = 4;
-    __shared__ Key merge_smem[kWarps * W];
-    __shared__ Key block_threshold;
+    using WS = WarpSelect<W, T>;
+    constexpr int kSmemKeys = kWarps * W > kWarps * WS::kSmemKeys ? kWarps * W : kWarps * WS::kSmemKeys;
+    __shared__ Key smem[kSmemKeys];
+    __shared__ Key thresholds[kWarps];
 
-    const int64_t row = blockIdx.x;
-    const int split = blockIdx.y;
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
-    int k = a.row_k ? a.row_k[row] : a.k;
+    const bool warp_rows = a.warp_rows != 0;
+    const int64_t row = warp_rows ? static_cast<int64_t>(blockIdx.x) * kWarps + warp : blockIdx.x;
+    const bool active = row < a.rows;
+    const bool owner = warp_rows || warp == 0; /* holds the row's result */
+    const int split = blockIdx.y;
+    int k = active ? (a.row_k ? a.row_k[row] : a.k) : 1;
     k = k < 1 ? 1 : (k > W ? W : k);
 
-    if (threadIdx.x == 0) block_threshold = a.init ? a.init[row * a.init_ld + k - 1] : kSentinelKey;
+    Key *thr = &thresholds[warp_rows ? warp : 0];
+    if (lane == 0 && owner) *thr = (active && a.init) ? a.init[row * a.init_ld + k - 1] : kSentinelKey;
     __syncthreads();
 
-    WarpSelect<W, T> ws;
-    ws.init(k, &block_threshold);
+    WS ws;
+    ws.init(k, smem + warp * WS::kSmemKeys, thr);
     ws.refresh();
-    if (a.init != nullptr && warp == 0) {
+    if (active && a.init != nullptr && owner) {
         /* Continue from the previous tiles' result (sorted, k entries). */
 #pragma unroll
         for (int r = 0; r < W / 32; ++r) {
@@ -55,76 +76,83 @@ __global__ void __launch_bounds__(kThreads) select_rows_kernel(const SelectRowsA
     }
 
     const int64_t c0 = static_cast<int64_t>(split) * a.split_cols;
-    const int64_t c1 = min(a.cols, c0 + a.split_cols);
+    const int64_t c1 = active ? min(a.cols, c0 + a.split_cols) : c0;
+    /* 32-bit offsets inside the segment keep the loop's registers few. */
+    const int len = c1 > c0 ? static_cast<int>(c1 - c0) : 0;
+    const int nthr = warp_rows ? 32 : kThreads;
+    const int tid = warp_rows ? lane : threadIdx.x;
+    const uint32_t index0 = a.index_base + static_cast<uint32_t>(c0);
 
     if (a.keys != nullptr) {
-        const Key *rp = a.keys + row * a.ld;
-        for (int64_t b = c0; b < c1; b += kThreads) {
-            const int64_t c = b + threadIdx.x;
-            ws.add(c < c1 ? rp[c] : kSentinelKey);
+        /* Merging partial results: few keys, no fast path needed. */
+        const Key *kp = a.keys + row * a.ld + c0;
+        for (int b = 0; b < len; b += 4 * nthr) {
+            const int c = b + 4 * tid;
+            Key kv[4];
+#pragma unroll
+            for (int t = 0; t < 4; ++t) kv[t] = c + t < len ? kp[c + t] : kSentinelKey;
+            const bool pass = kv[0] < ws.threshold || kv[1] < ws.threshold || kv[2] < ws.threshold ||
+                              kv[3] < ws.threshold;
+            if (__any_sync(kFullMask, pass)) {
+                ws.reserve(4);
+#pragma unroll
+                for (int t = 0; t < 4; ++t) ws.offer_key(kv[t]);
+            }
         }
     } else {
-        const float *rp = a.values + row * a.ld;
-        const float *seg = rp + c0;
-        const int64_t len = c1 > c0 ? c1 - c0 : 0;
-        const bool aligned = (reinterpret_cast<uintptr_t>(seg) & 15) == 0 &&
-                             (a.col_scale == nullptr || (reinterpret_cast<uintptr_t>(a.col_scale + c0) & 15) == 0) &&
-                             (a.col_add == nullptr || (reinterpret_cast<uintptr_t>(a.col_add + c0) & 15) == 0);
-        const int64_t nvec = aligned ? len / 4 : 0;
-        const float4 *seg4 = reinterpret_cast<const float4 *>(seg);
-
-        for (int64_t b = 0; b < nvec; b += kThreads * kUnroll) {
+        const float *seg = a.values + row * a.ld + c0;
+        const bool vec = (reinterpret_cast<uintptr_t>(seg) & 15) == 0;
+        const int steps = static_cast<int>(ceil_div(len, 4 * nthr));
+        for (int s0 = 0; s0 < steps; s0 += kUnroll) {
+            /* kUnroll loads in flight per thread, then one group at a time:
+             * the processing loop is not unrolled (x shifts down instead), so
+             * the slow path and its merge are emitted once. */
             float4 x[kUnroll];
 #pragma unroll
             for (int u = 0; u < kUnroll; ++u) {
-                const int64_t i = b + u * kThreads + threadIdx.x;
-                x[u] = i < nvec ? __ldcs(seg4 + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                const int c = 4 * ((s0 + u) * nthr + tid);
+                x[u] = c < len ? load4(seg, c, len, vec) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
-#pragma unroll
-            for (int u = 0; u < kUnroll; ++u) {
-                const int64_t i = b + u * kThreads + threadIdx.x;
-                const bool valid = i < nvec;
-                float4 v = x[u];
-                if (valid && (a.col_scale || a.col_add || a.negate)) {
-                    const int64_t c = c0 + 4 * i;
-                    if (a.col_scale) {
-                        const float4 s = __ldg(reinterpret_cast<const float4 *>(a.col_scale + c));
-                        v.x *= s.x, v.y *= s.y, v.z *= s.z, v.w *= s.w;
-                    }
-                    if (a.col_add) {
-                        const float4 s = __ldg(reinterpret_cast<const float4 *>(a.col_add + c));
-                        v.x += s.x, v.y += s.y, v.z += s.z, v.w += s.w;
-                    }
-                    if (a.negate) v.x = -v.x, v.y = -v.y, v.z = -v.z, v.w = -v.w;
-                }
-                const bool pass = valid && (ws.may_pass(v.x) | ws.may_pass(v.y) | ws.may_pass(v.z) |
-                                            ws.may_pass(v.w));
-                if (__any_sync(kFullMask, pass)) {
-                    /* Slow path: one add() call site, four keys. */
-                    const uint32_t idx = a.index_base + static_cast<uint32_t>(c0 + 4 * i);
 #pragma unroll 1
-                    for (int t = 0; t < 4; ++t) {
-                        const float vt = t == 0 ? v.x : (t == 1 ? v.y : (t == 2 ? v.z : v.w));
-                        ws.add(pass ? make_key(vt, idx + t) : kSentinelKey);
+            for (int u = 0; u < kUnroll; ++u) {
+                const int c = 4 * ((s0 + u) * nthr + tid);
+                const int n = c < len ? min(4, len - c) : 0;
+                float4 v = x[0];
+#pragma unroll
+                for (int q = 0; q + 1 < kUnroll; ++q) x[q] = x[q + 1];
+                if (a.negate) v.x = -v.x, v.y = -v.y, v.z = -v.z, v.w = -v.w;
+                const bool pass = (n > 0 && ws.may_pass(v.x)) | (n > 1 && ws.may_pass(v.y)) |
+                                  (n > 2 && ws.may_pass(v.z)) | (n > 3 && ws.may_pass(v.w));
+                if (__any_sync(kFullMask, pass)) {
+                    ws.reserve(4);
+                    if (pass) {
+                        const uint32_t idx = index0 + static_cast<uint32_t>(c);
+                        if (n > 0) ws.offer(v.x, idx);
+                        if (n > 1) ws.offer(v.y, idx + 1);
+                        if (n > 2) ws.offer(v.z, idx + 2);
+                        if (n > 3) ws.offer(v.w, idx + 3);
                     }
                 }
             }
             ws.refresh();
         }
-        /* Unaligned rows, and the last len % 4 columns. */
-        for (int64_t b = c0 + 4 * nvec; b < c1; b += kThreads) {
-            const int64_t c = b + threadIdx.x;
-            const bool valid = c < c1;
-            const float v = valid ? select_transform(a, __ldcs(rp + c), c) : 0.0f;
-            const bool pass = valid && ws.may_pass(v);
-            if (__any_sync(kFullMask, pass))
-                ws.add(pass ? make_key(v, a.index_base + static_cast<uint32_t>(c)) : kSentinelKey);
-        }
     }
 
     ws.flush();
-    block_merge_queues<W, T, kWarps>(ws, merge_smem);
-    if (warp == 0) {
+    if (warp_rows) {
+        if (active) {
+            Key *o = a.out + (row * gridDim.y + split) * a.out_ld;
+#pragma unroll
+            for (int r = 0; r < W / 32; ++r) {
+                const int e = r * 32 + lane;
+                if (e < a.out_count) o[e] = e < k ? ws.queue[r] : kSentinelKey;
+            }
+        }
+        return;
+    }
+    __syncthreads(); /* the thread queues' memory now holds the queue merge */
+    block_merge_queues<W, T, kWarps>(ws, smem);
+    if (warp == 0 && active) {
         Key *o = a.out + (row * gridDim.y + split) * a.out_ld;
 #pragma unroll
         for (int r = 0; r < W / 32; ++r) {

@@ -2,10 +2,10 @@
  * warp_select.cuh — register-resident k-selection after Johnson, Douze and
  * Jégou, "Billion-scale similarity search with GPUs" (WarpSelect).
  *
- * Each warp keeps, in registers:
- *  - a warp queue of W keys (W = the k-bucket, 32..1024), sorted ascending
- *    across the warp: element e lives in register e / 32 of lane e % 32;
- *  - per lane a thread queue of T pending keys.
+ * Each warp keeps a warp queue of W keys in registers (W = the k-bucket,
+ * 32..1024), sorted ascending across the warp: element e lives in register
+ * e / 32 of lane e % 32; and per lane a thread queue of T pending keys (in
+ * shared memory, see WarpSelect below).
  * A candidate is compared with the warp's running threshold (the k-th key of
  * the warp queue, or a better one published by another warp of the block);
  * almost every candidate fails that one compare, which is why the selection
@@ -13,7 +13,8 @@
  * As soon as any lane's thread queue is full, the warp merges: the 32 x T
  * pending keys are sorted by a bitonic network across the warp, merged into
  * the warp queue by the unequal-size merge below, and the threshold is
- * refreshed.  Keys are the packed (score, index) values of common.cuh.
+ * refreshed.  Warps working on the same row share their best threshold
+ * through shared memory.  Keys are the packed (score, index) values of common.cuh.
  *
  * Merging sequences of different lengths.  To merge a sorted run B of length
  * L into the sorted queue A of length W and keep the W smallest, compare
@@ -118,34 +119,55 @@ __device__ __forceinline__ void warp_merge_bitonic(Key (&v)[R], int lane) {
     }
 }
 
-/* Thread-queue length per k-bucket: longer queues mean fewer merges but more
- * registers and a larger sort per merge (powers of two for the networks). */
+/* Thread-queue length (slots per lane) of each kernel's k-bucket. */
 template <int W>
 struct ThreadQueueLength {
-    static constexpr int value = W <= 32 ? 2 : (W <= 256 ? 4 : 8);
+    static constexpr int value = 8;
+};
+/* Rows of 32 merged into the warp queue at once: one row is cheapest for
+ * short queues; a long queue is better fed larger sorted runs (the merge
+ * network's cost is the queue's, whatever the run length). */
+template <int W>
+struct MergeRows {
+    static constexpr int value = W <= 128 ? 1 : (W >= 512 ? 4 : W / 128);
 };
 
+/*
+ * The warp queue lives in registers; the per-lane thread queues live in
+ * shared memory (T slots per lane, slot s of lane l at tq[s * 32 + l]), so a
+ * survivor is appended with one store instead of shifting registers.  The
+ * warp reserves room before offering (reserve(n): merge if some lane has
+ * fewer than n free slots), so offering needs no vote.  A merge compacts all
+ * lanes' pending keys into full rows (prefix sum of the counts), sorts them
+ * B rows (32 * B keys) at a time with the bitonic network and merges each run
+ * into the queue with the unequal-size merge; a run whose smallest key does
+ * not beat the threshold any more is skipped.
+ */
 template <int W, int T>
 struct WarpSelect {
     static_assert(W >= 32 && (W & (W - 1)) == 0, "warp queue length must be a power of two >= 32");
-    static_assert(T >= 1 && (T & (T - 1)) == 0, "thread queue length must be a power of two");
     static constexpr int kRows = W / 32;
+    static constexpr int kB = MergeRows<W>::value;
+    static_assert(kB <= kRows && kB <= T, "merge runs must fit the queue and the thread queues");
+    /* Shared memory per warp: thread queues + the compaction buffer. */
+    static constexpr int kSmemKeys = 2 * T * 32;
 
     Key queue[kRows];  /* the warp queue, sorted ascending across the warp */
-    Key pending[T];    /* this lane's thread queue (unsorted) */
-    int count;         /* keys in pending */
+    Key *tq;           /* this warp's thread queues */
+    Key *cbuf;         /* this warp's compaction buffer */
+    int count;         /* keys pending in this lane's thread queue */
     Key threshold;     /* a candidate is kept only when below this */
     float threshold_score;  /* threshold's score: the float fast path */
     int kth_row, kth_lane;  /* where element k - 1 of the warp queue lives */
     int lane;
-    Key *shared_threshold;  /* block-wide best threshold (shared memory), or null */
+    Key *shared_threshold;  /* best threshold of the block (shared memory), or null */
 
-    __device__ __forceinline__ void init(int k, Key *shared) {
+    __device__ __forceinline__ void init(int k, Key *smem, Key *shared) {
         lane = threadIdx.x & 31;
 #pragma unroll
         for (int r = 0; r < kRows; ++r) queue[r] = kSentinelKey;
-#pragma unroll
-        for (int t = 0; t < T; ++t) pending[t] = kSentinelKey;
+        tq = smem;
+        cbuf = smem + T * 32;
         count = 0;
         kth_row = (k - 1) >> 5;
         kth_lane = (k - 1) & 31;
@@ -169,56 +191,77 @@ struct WarpSelect {
         }
     }
 
-    /* Offer one key per lane (kSentinelKey for "nothing"). */
-    __device__ __forceinline__ void add(Key key) {
-        if (key < threshold) {
-#pragma unroll
-            for (int t = T - 1; t > 0; --t) pending[t] = pending[t - 1];
-            pending[0] = key;
+    /* Make room for n more keys in every lane's thread queue (whole warp). */
+    __device__ __forceinline__ void reserve(int n) {
+        if (__any_sync(kFullMask, count > T - n)) merge();
+    }
+    /* Merge whatever is still pending (whole warp). */
+    __device__ __forceinline__ void flush() {
+        if (__any_sync(kFullMask, count > 0)) merge();
+    }
+
+    /* One lane's candidate; room must have been reserved.  The key is built
+     * only when the float compare cannot decide. */
+    __device__ __forceinline__ void offer(float score, uint32_t index) {
+        if (score < threshold_score || (!(score > threshold_score) && make_key(score, index) < threshold)) {
+            tq[count * 32 + lane] = make_key(score, index);
             ++count;
         }
-        if (__any_sync(kFullMask, count == T)) merge();
+    }
+    __device__ __forceinline__ void offer_key(Key key) {
+        if (key < threshold) {
+            tq[count * 32 + lane] = key;
+            ++count;
+        }
     }
 
     /* Merge every lane's thread queue into the warp queue.  Inlined (a call
-     * would move the queues to local memory), so callers keep the number of
-     * call sites of add()/merge() small. */
+     * would move the queue to local memory); kernels keep its call sites to
+     * reserve() in their main loop and one flush(). */
     __device__ __forceinline__ void merge() {
-        warp_sort_keys<T>(pending, lane);
-        if constexpr (T >= kRows) {
-            /* Only the kRows smallest rows of the sorted run can enter. */
+        /* Compact: lane l's keys go to cbuf[prefix(l) ...]. */
+        int incl = count;
 #pragma unroll
-            for (int r = 0; r < kRows; ++r) {
-                const Key other = __shfl_xor_sync(kFullMask, pending[kRows - 1 - r], 31);
-                queue[r] = key_min(queue[r], other);
-            }
-        } else {
-            /* The run is shorter than the queue: only its last T rows meet it. */
-#pragma unroll
-            for (int r = kRows - T; r < kRows; ++r) {
-                const Key other = __shfl_xor_sync(kFullMask, pending[kRows - 1 - r], 31);
-                queue[r] = key_min(queue[r], other);
-            }
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(kFullMask, incl, o);
+            if (lane >= o) incl += y;
         }
-        warp_merge_bitonic<kRows>(queue, lane);
+        const int total = __shfl_sync(kFullMask, incl, 31);
+        const int first = incl - count;
+        for (int s = 0; s < count; ++s) cbuf[first + s] = tq[s * 32 + lane];
+        __syncwarp();
+        for (int base = 0; base < total; base += 32 * kB) {
+            Key run[kB];
 #pragma unroll
-        for (int t = 0; t < T; ++t) pending[t] = kSentinelKey;
+            for (int b = 0; b < kB; ++b) {
+                const int e = base + b * 32 + lane;
+                run[b] = e < total ? cbuf[e] : kSentinelKey;
+            }
+            warp_sort_keys<kB>(run, lane);
+            /* Nothing in the run beats the current k-th: skip it. */
+            if (!(__shfl_sync(kFullMask, run[0], 0) < threshold)) continue;
+            /* Unequal-size merge: the run (32 * kB keys) meets only the last
+             * kB rows of the queue. */
+#pragma unroll
+            for (int r = kRows - kB; r < kRows; ++r) {
+                const Key other = __shfl_xor_sync(kFullMask, run[kRows - 1 - r], 31);
+                queue[r] = key_min(queue[r], other);
+            }
+            warp_merge_bitonic<kRows>(queue, lane);
+            /* A bitwise blend, not `if (r == kth_row) v = queue[r]`: the
+             * compiler turns that select chain into a dynamic index, which
+             * would move the whole queue to local memory. */
+            Key v = 0;
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) v |= queue[r] & (Key{0} - static_cast<Key>(r == kth_row));
+            const Key kth = __shfl_sync(kFullMask, v, kth_lane);
+            if (kth < threshold) set_threshold(kth);
+        }
+        __syncwarp();
         count = 0;
-
-        /* The k-th smallest key of the queue bounds everything worth keeping. */
-        Key v = queue[0];
-#pragma unroll
-        for (int r = 1; r < kRows; ++r)
-            if (r == kth_row) v = queue[r];
-        const Key kth = __shfl_sync(kFullMask, v, kth_lane);
-        if (kth < threshold) set_threshold(kth);
-        if (shared_threshold != nullptr && kth != kSentinelKey && lane == 0) atomicMin(shared_threshold, kth);
+        if (shared_threshold != nullptr && threshold != kSentinelKey && lane == 0)
+            atomicMin(shared_threshold, threshold);
         refresh();
-    }
-
-    /* Merge whatever is still pending. */
-    __device__ __forceinline__ void flush() {
-        if (__any_sync(kFullMask, count > 0)) merge();
     }
 };
 
@@ -236,7 +279,8 @@ __device__ __forceinline__ void block_merge_queues(WarpSelect<W, T> &ws, Key *sm
     for (int r = 0; r < kRows; ++r) smem[warp * W + r * 32 + lane] = ws.queue[r];
     __syncthreads();
 #pragma unroll
-    for (int s = 1; s < kWarps; s *= 2) {
+    for (int ls = 0; (1 << ls) < kWarps; ++ls) {
+        const int s = 1 << ls;
         if ((warp % (2 * s)) == 0 && warp + s < kWarps) {
             const Key *other = smem + (warp + s) * W;
 #pragma unroll

@@ -19,6 +19,12 @@ PG_MODULE_MAGIC;
 int         gpuivf_probes = 0;
 int         gpuivf_rerank_candidates = 200;
 int         gpuivf_device = GPUIVF_DEVICE_AUTO;
+/* (planner helper, issue 6) planner integration settings */
+bool        gpuivf_enable_batch_join = true;
+int         gpuivf_max_probes = 0;
+/* (analyze helper, issue 5) calibration settings */
+double      gpuivf_target_recall = 0.95;
+int         gpuivf_analyze_sample = GPUIVF_DEFAULT_ANALYZE_SAMPLE;
 
 /* the reloption kind of gpuivf indexes, registered in _PG_init */
 static relopt_kind gpuivf_relopt_kind;
@@ -71,6 +77,42 @@ _PG_init(void)
                              "\"gpu\" requires the gpuivf GPU worker.",
                              &gpuivf_device, GPUIVF_DEVICE_AUTO, gpuivf_device_options,
                              PGC_USERSET, 0, NULL, NULL, NULL);
+    /* (analyze helper, issue 5) ANALYZE calibration; see gpuivfanalyze.cpp */
+    DefineCustomRealVariable("gpuivf.target_recall",
+                             "Recall@10 that gpuivf scans aim for when gpuivf.probes = 0.",
+                             "Each scan probes the fewest lists whose recall, as measured by "
+                             "ANALYZE, meets this target.",
+                             &gpuivf_target_recall, 0.95, 0.0, 1.0,
+                             PGC_USERSET, 0, NULL, NULL, NULL);
+    DefineCustomIntVariable("gpuivf.analyze_sample",
+                            "Number of query vectors ANALYZE uses to measure the recall of a gpuivf index (0 = do not measure).",
+                            NULL,
+                            &gpuivf_analyze_sample, GPUIVF_DEFAULT_ANALYZE_SAMPLE, 0,
+                            GPUIVF_MAX_ANALYZE_SAMPLE,
+                            PGC_USERSET, 0, NULL, NULL, NULL);
+    /* (end of analyze helper additions) */
+
+    /* (planner helper, issue 6) planner integration: settings, hooks and
+     * the custom scan nodes (gpuivfplanner.cpp) */
+    DefineCustomBoolVariable("gpuivf.enable_batch_join",
+                             "Runs LATERAL kNN joins on a gpuivf index as batched searches.",
+                             "The outer rows are read ahead in chunks and their searches run "
+                             "as one engine call per chunk; results equal the nested loop's.",
+                             &gpuivf_enable_batch_join, true,
+                             PGC_USERSET, 0, NULL, NULL, NULL);
+    DefineCustomIntVariable("gpuivf.max_probes",
+                            "Most lists a gpuivf scan visits when it deepens (0 = no bound).",
+                            "A scan whose first round did not give the executor enough rows, "
+                            "e.g. because a filter removed them, visits further lists until "
+                            "this many were visited; 0 lets it reach every row.",
+                            &gpuivf_max_probes, 0, 0, gpuivf::kMaxLists,
+                            PGC_USERSET, 0, NULL, NULL, NULL);
+    GpuivfPlannerInit();
+
+    /* (worker helper, issue 4) GPU worker settings; when preloading, its
+     * shared memory and one background worker per GPU (gpuivfworker.cpp) */
+    GpuivfWorkerInit();
+
     MarkGUCPrefixReserved("gpuivf");
 }
 

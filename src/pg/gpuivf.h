@@ -60,18 +60,25 @@ extern "C" {
 #include "catalog/pg_opfamily.h"
 #include "catalog/pg_type.h"
 #include "commands/defrem.h"
+#include "commands/explain.h"
 #include "commands/progress.h"
 #include "commands/vacuum.h"
 #include "common/hashfn.h"
 #include "common/pg_prng.h"
+#include "executor/executor.h"
 #include "executor/tuptable.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "nodes/execnodes.h"
+#include "nodes/extensible.h"
+#include "nodes/makefuncs.h"
+#include "nodes/nodeFuncs.h"
 #include "optimizer/cost.h"
 #include "optimizer/optimizer.h"
 #include "optimizer/plancat.h"
+#include "optimizer/planner.h"
+#include "portability/instr_time.h"
 #include "pgstat.h"
 #include "storage/bufmgr.h"
 #include "storage/bufpage.h"
@@ -97,6 +104,24 @@ extern "C" {
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/tuplesort.h"
+#include "utils/tuplestore.h"
+/* (worker helper, issue 4) the GPU worker: bgworker, shared memory, latches */
+#include "funcapi.h"
+#include "port/atomics.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/dsm.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/relfilenode.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "tcop/tcopprot.h"
+#include "utils/backend_status.h"
+#include "utils/hsearch.h"
+#include "utils/wait_event.h"
 }
 
 #include "../core/gpuivf_core.h"
@@ -153,6 +178,15 @@ typedef GpuivfPageOpaqueData *GpuivfPageOpaque;
 #define GpuivfPageGetOpaque(page) \
     ((GpuivfPageOpaque) PageGetSpecialPointer(page))
 
+/* (analyze helper, issue 5) One measured point of the recall curve. */
+#define GPUIVF_CURVE_POINTS     64
+typedef struct GpuivfCurvePoint
+{
+    uint32      nprobe;         /* lists probed */
+    float4      recall;         /* mean recall@calib_k over the sample */
+    float4      recall_se;      /* standard error of that mean */
+} GpuivfCurvePoint;
+
 /* Metapage contents, right after the page header. */
 typedef struct GpuivfMetaPageData
 {
@@ -176,6 +210,21 @@ typedef struct GpuivfMetaPageData
     BlockNumber directory_start;
     uint32      directory_pages;
     BlockNumber vector_insert_page; /* last vector page appended to */
+
+    /*
+     * (analyze helper, issue 5) The recall curve measured by ANALYZE / CREATE
+     * INDEX: recall@calib_k against exact results for nprobe values in
+     * ascending order.  All zero until the first calibration (an index
+     * written before these fields existed reads as "no curve": the page
+     * beyond pd_lower is zero).  Written only by GpuivfLogCalibration.
+     */
+    uint32      calib_sample;   /* queries measured */
+    uint64      calib_vectors;  /* live entries when measured */
+    int64       calib_time;     /* TimestampTz of the measurement */
+    uint16      calib_k;        /* recall@k; 0 = no curve */
+    uint16      calib_npoints;  /* points in calib_curve */
+    uint32      calib_rerank;   /* candidates re-ranked exactly per query; 0 = no re-rank */
+    GpuivfCurvePoint calib_curve[GPUIVF_CURVE_POINTS];
 } GpuivfMetaPageData;
 typedef GpuivfMetaPageData *GpuivfMetaPage;
 
@@ -470,5 +519,208 @@ Datum       gpuivf_verify(PG_FUNCTION_ARGS);
 }
 
 /* ============================================ end of pg-storage section */
+
+/* ================================================================
+ * ANALYZE calibration (gpuivfanalyze.cpp, analyze helper, issue 5).
+ * ================================================================ */
+
+/* The nprobe a scan uses when gpuivf.probes = 0: the curve's choice for
+ * gpuivf.target_recall (GpuivfCurveProbes; *from_curve = true; a target the
+ * curve cannot reach gives its best point and a NOTICE once per backend and
+ * curve), else GpuivfAutoProbes(lists).  k: rows the query wants (0 =
+ * unknown; the curve is measured at k = 10 and used for any k). */
+int         GpuivfProbesForScan(const GpuivfMetaPageData *meta, int k, bool *from_curve);
+
+/* Settings (defined in gpuivf.cpp). */
+extern double gpuivf_target_recall;     /* gpuivf.target_recall, 0..1 */
+extern int  gpuivf_analyze_sample;      /* gpuivf.analyze_sample, queries; 0 = off */
+
+#define GPUIVF_CALIBRATION_K        10      /* recall@10 is measured */
+#define GPUIVF_DEFAULT_ANALYZE_SAMPLE 200
+#define GPUIVF_MAX_ANALYZE_SAMPLE   10000
+
+/* Measure the curve of an index and store it in the metapage.  heap may be
+ * NULL (opened when needed).  Returns false when nothing was stored
+ * (untrained, too few rows, gpuivf.analyze_sample = 0, rebuilt meanwhile). */
+bool        GpuivfCalibrate(Relation index, Relation heap);
+/* Should VACUUM (which hides a following ANALYZE from the AM) re-measure?
+ * True when the index has no curve or its size changed by 10% or more. */
+bool        GpuivfCalibrationIsStale(const GpuivfMetaPageData *meta);
+/* The curve's choice for target, without side effects: the smallest
+ * measured nprobe meeting it with 95% confidence (recall - 1.645 standard
+ * errors >= target; *reached = true), else the point with the best recall
+ * (*reached = false).  0 when the metapage has no curve. */
+int         GpuivfCurveProbes(const GpuivfMetaPageData *meta, double target, bool *reached);
+/* The seam for ground truth: exact top-k (entry ids, ascending by score,
+ * padded with UINT64_MAX) of nq raw queries among all rows of the index,
+ * each query's own entry exclude_ids[i] left out.  Runs on the CPU now;
+ * the GPU worker (issue 4) answers it when it can. */
+void        GpuivfExactKnnForCalibration(Relation index, Relation heap,
+                                         const GpuivfMetaPageData *meta, int nq,
+                                         const float4 *queries, const uint64 *exclude_ids,
+                                         int k, uint64 *out_ids, float *out_scores);
+
+/* gpuivfpage.cpp: the curve into the metapage (one record, metapage only) */
+void        GpuivfLogCalibration(Relation index, Buffer metabuf, const GpuivfMetaPageData *calib);
+
+/* ========================================= end of ANALYZE calibration */
+
+/* ================================================================
+ * Search dispatch: the seam between a scan (or a batched kNN join) and the
+ * engines.  GpuivfSearchBatch (gpuivfsearch.cpp, planner side) answers nq
+ * queries of one index; it hands them to the GPU worker when gpuivf.device
+ * allows and a worker is up (gpuivfclient.cpp, GPU worker side), else runs the
+ * CPU engine in this backend.  Both sides return the same rows.
+ * ================================================================ */
+typedef struct GpuivfQuery
+{
+    const float4 *vector;       /* raw query values, the index's dims */
+    int         k;              /* rows wanted, >= 1 */
+    int         nprobe;         /* lists probed */
+    int         rerank;         /* PQ candidates re-ranked exactly; 0 = none */
+} GpuivfQuery;
+
+typedef struct GpuivfHit
+{
+    ItemPointerData tid;        /* heap TID */
+    float8      distance;       /* SQL-scale distance (exact when re-ranked) */
+} GpuivfHit;
+
+typedef struct GpuivfSearchStats
+{
+    bool        on_gpu;         /* answered by the GPU worker */
+    int         batch_size;     /* queries in the engine call this rode in */
+    double      queue_ms;       /* waiting for the worker */
+    double      gpu_ms;         /* device time of that engine call */
+    int64       reranked;       /* candidates re-ranked exactly */
+} GpuivfSearchStats;
+
+/* gpuivfsearch.cpp: hits[i] is palloc'd, sorted best first, nhits[i] <= k */
+void        GpuivfSearchBatch(Relation index, int nq, const GpuivfQuery *queries,
+                              GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats);
+
+/* gpuivfclient.cpp (backend side of the GPU worker protocol) */
+bool        GpuivfWorkerAvailable(void);
+/* false when no worker could serve (the caller falls back to the CPU under
+ * gpuivf.device = auto); errors the worker reports are raised here */
+bool        GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
+                               GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats);
+
+/* ================================================================
+ * GPU worker (gpuivfworker/shmem/client/gpuindex.cpp, worker helper,
+ * issue 4).  The shared-memory layout is private (gpuivfworker.h); the
+ * protocol is in README.md ("GPU worker").
+ * ================================================================ */
+
+/* settings (gpuivfworker.cpp) */
+extern char *gpuivf_devices;            /* gpuivf.devices: "" = all visible */
+extern int  gpuivf_batch_delay;         /* gpuivf.batch_delay, microseconds */
+extern int  gpuivf_gpu_memory_limit;    /* gpuivf.gpu_memory_limit, kB, 0 = automatic */
+extern int  gpuivf_worker_timeout;      /* gpuivf.worker_timeout, ms, 0 = none */
+extern int  gpuivf_request_buffer;      /* gpuivf.request_buffer, kB per backend */
+
+/* _PG_init: the worker's settings; when preloading, its shared memory and
+ * one background worker per GPU */
+void        GpuivfWorkerInit(void);
+/* the background worker's entry point (bgw_function_name) */
+extern "C" {
+PGDLLEXPORT void GpuivfWorkerMain(Datum main_arg);
+Datum       gpuivf_stat(PG_FUNCTION_ARGS);
+Datum       gpuivf_worker_search(PG_FUNCTION_ARGS);   /* gpuivfclient.cpp */
+}
+/* gpuivf_index_info: appends "gpu_cache": [...] (where the index is cached) */
+void        GpuivfAppendCacheInfo(StringInfo json, Relation index);
+/* CREATE INDEX on the GPU (gpuivfclient.cpp).  Both return false when no
+ * worker can do it (the build then runs on the CPU); errors are raised. */
+bool        GpuivfWorkerTrain(Relation index, gpuivf::Metric metric, const float *sample,
+                              int64 n, int dims, int lists, int pq_m, int pq_bits,
+                              float *centroids, float *codebook);
+bool        GpuivfWorkerEncode(Relation index, const gpuivf::IvfPqModel &model,
+                               const float *raw, int64 n, int32 *lists, uint8 *codes);
+
+/* ======================================== end of GPU worker section */
+
+
+/* ================================================================
+ * Planner integration (issue 6, planner helper): gpuivfsearch.cpp,
+ * gpuivfscan.cpp, gpuivfplanner.cpp.  src/pg/README.md, "Planner".
+ * ================================================================ */
+
+/* settings (gpuivf.cpp) */
+extern bool gpuivf_enable_batch_join;   /* gpuivf.enable_batch_join */
+extern int  gpuivf_max_probes;          /* gpuivf.max_probes, 0 = no bound */
+
+/* gpuivfsearch.cpp: gpuivf.device = gpu without a worker is an error */
+void        GpuivfCheckDevice(void);
+
+/* where a scan's nprobe came from (EXPLAIN "Probes") */
+#define GPUIVF_PROBES_UNTRAINED 0   /* no lists: exact */
+#define GPUIVF_PROBES_SETTING   1   /* gpuivf.probes */
+#define GPUIVF_PROBES_AUTO      2   /* ceil(sqrt(lists)) */
+#define GPUIVF_PROBES_CURVE     3   /* the curve tuned at ANALYZE (issue 5) */
+
+/* gpuivfsearch.cpp: the round-1 query of a scan that needs `hint` rows
+ * (0 = unknown) of which a fraction filter_sel (1 = no filter) passes the
+ * scan's filter: k = hint (or gpuivf.rerank_candidates), nprobe from
+ * gpuivf.probes, or from the tuned curve / automatic rule raised by
+ * 1/sqrt(filter_sel), rerank = max(k, gpuivf.rerank_candidates) when the
+ * index stores vectors.  Returns a GPUIVF_PROBES_* source. */
+int         GpuivfMakeQuery(const GpuivfMetaPageData *meta, int64 hint, double filter_sel,
+                            const float4 *vector, GpuivfQuery *query);
+/* Rows to ask of round 1 when `rows` must pass a filter of selectivity sel
+ * (1 = no filter) */
+int64       GpuivfRowsForFilter(double rows, double sel);
+/* Is that query answered exactly (untrained, or every list with vectors)? */
+bool        GpuivfQueryIsExact(const GpuivfMetaPageData *meta, const GpuivfQuery *query);
+
+/*
+ * gpuivfsearch.cpp: a round 1 computed ahead of time (the batched kNN join)
+ * and offered to the next scan of that index.  A scan takes it only when its
+ * own round-1 query is the same (vector bytes, k, nprobe, rerank) and the
+ * metapage generation has not moved, i.e. when GpuivfSearchBatch would
+ * return exactly these hits; otherwise it searches itself.
+ */
+void        GpuivfOfferRoundOne(Oid indexoid, uint64 generation, const GpuivfQuery *query,
+                                int dims, const GpuivfHit *hits, int nhits,
+                                const GpuivfSearchStats *stats);
+bool        GpuivfTakeRoundOne(Oid indexoid, uint64 generation, const GpuivfQuery *query,
+                               int dims, GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats);
+void        GpuivfClearOffer(void);
+
+/* gpuivfscan.cpp: what the scans of one scan descriptor did, summed over
+ * its rescans (EXPLAIN ANALYZE of the GpuivfKnn node) */
+typedef struct GpuivfScanStats
+{
+    int64       scans;          /* (re)scans that searched */
+    int64       k_sum;          /* rows asked of round 1 */
+    int64       probes_sum;     /* nprobe of round 1 */
+    int         probe_source;   /* GPUIVF_PROBES_* of the last scan */
+    int64       exact;          /* scans answered exactly */
+    int64       reranked;       /* candidates re-ranked exactly, all rounds */
+    int64       on_gpu;         /* scans answered by the GPU worker */
+    int64       batch_sum;      /* batch size the round 1 rode in */
+    double      gpu_ms;
+    double      queue_ms;
+    int64       precomputed;    /* round 1 taken from a batched join */
+    int64       deepened;       /* scans that went past round 1 */
+    int64       lists_max;      /* most lists one scan visited */
+} GpuivfScanStats;
+
+const GpuivfScanStats *GpuivfScanGetStats(IndexScanDesc scan);
+/* the limit hint the next scan descriptor of index gpuivf_pending_limit_index
+ * takes (gpuivfbeginscan consumes it): set by the GpuivfKnn node around its
+ * child's first call, when the child has no scan descriptor yet */
+extern int64 gpuivf_pending_limit_hint;
+extern double gpuivf_pending_filter_sel;
+extern Oid  gpuivf_pending_limit_index;
+/* gpuivfscan.cpp: the selectivity of the filter above the scan (1 = none),
+ * before the next rescan, with GpuivfScanSetLimitHint */
+void        GpuivfScanSetFilterSelectivity(IndexScanDesc scan, double sel);
+
+/* gpuivfplanner.cpp: planner/executor hooks and the custom scan nodes,
+ * installed by _PG_init */
+void        GpuivfPlannerInit(void);
+
+/* ====================================== end of planner integration */
 
 #endif                          /* GPUIVF_H */

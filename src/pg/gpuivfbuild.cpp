@@ -265,27 +265,39 @@ TrainModel(GpuivfBuildState *bs)
     bs->centroids = (float *) palloc_extended((Size) bs->lists * d * sizeof(float),
                                               MCXT_ALLOC_HUGE);
     bs->centroid_norms = (float *) palloc((Size) bs->lists * sizeof(float));
-    CheckEngine(gpuivf::kmeans_train(bs->sample, n, d, bs->lists, params, bs->centroids,
-                                     &cancel));
-    gpuivf::row_norms(bs->centroids, bs->lists, d, bs->centroid_norms);
-
-    pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, GPUIVF_PHASE_PQ);
-    labels = (int32 *) palloc_extended((Size) n * sizeof(int32), MCXT_ALLOC_HUGE);
-    CheckEngine(gpuivf::assign_nearest(bs->centroids, bs->centroid_norms, bs->lists, d,
-                                       bs->sample, n, labels, NULL, &cancel));
-    for (int64 i = 0; i < n; i++)
-    {
-        float      *x = bs->sample + i * d;
-        const float *c = bs->centroids + (int64) labels[i] * d;
-
-        for (int j = 0; j < d; j++)
-            x[j] -= c[j];
-    }
     codebook_floats = (Size) bs->pq_m * ((Size) 1 << bs->pq_bits) * (d / bs->pq_m);
     bs->codebook = (float *) palloc_extended(codebook_floats * sizeof(float), MCXT_ALLOC_HUGE);
-    CheckEngine(gpuivf::pq_train(bs->sample, n, d, bs->pq_m, bs->pq_bits, GPUIVF_TRAIN_SEED,
-                                 bs->codebook, &cancel));
-    pfree(labels);
+
+    /* (worker helper, issue 4) k-means + PQ on the GPU worker when one can;
+     * same format, the CPU below otherwise (gpuivf.device decides) */
+    if (GpuivfWorkerTrain(bs->index, bs->metric, bs->sample, n, d, bs->lists, bs->pq_m,
+                          bs->pq_bits, bs->centroids, bs->codebook))
+    {
+        gpuivf::row_norms(bs->centroids, bs->lists, d, bs->centroid_norms);
+        pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, GPUIVF_PHASE_PQ);
+    }
+    else
+    {
+        CheckEngine(gpuivf::kmeans_train(bs->sample, n, d, bs->lists, params, bs->centroids,
+                                         &cancel));
+        gpuivf::row_norms(bs->centroids, bs->lists, d, bs->centroid_norms);
+
+        pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, GPUIVF_PHASE_PQ);
+        labels = (int32 *) palloc_extended((Size) n * sizeof(int32), MCXT_ALLOC_HUGE);
+        CheckEngine(gpuivf::assign_nearest(bs->centroids, bs->centroid_norms, bs->lists, d,
+                                           bs->sample, n, labels, NULL, &cancel));
+        for (int64 i = 0; i < n; i++)
+        {
+            float      *x = bs->sample + i * d;
+            const float *c = bs->centroids + (int64) labels[i] * d;
+
+            for (int j = 0; j < d; j++)
+                x[j] -= c[j];
+        }
+        CheckEngine(gpuivf::pq_train(bs->sample, n, d, bs->pq_m, bs->pq_bits, GPUIVF_TRAIN_SEED,
+                                     bs->codebook, &cancel));
+        pfree(labels);
+    }
     pfree(bs->sample);
     bs->sample = NULL;
 
@@ -328,6 +340,9 @@ StartEncoding(GpuivfBuildState *bs)
     int64       cap = (int64) (budget / per_row);
 
     bs->batch_cap = (int) Max((int64) 64, Min((int64) GPUIVF_ENCODE_BATCH, cap));
+    /* (worker helper, issue 4) the GPU worker wants bigger batches */
+    if (GpuivfWorkerAvailable())
+        bs->batch_cap = (int) Max((int64) 64, Min((int64) 65536, cap));
     bs->batch_n = 0;
     bs->batch_raw = (float *) palloc((Size) bs->batch_cap * bs->dims * sizeof(float));
     bs->batch_prep = (float *) palloc((Size) bs->batch_cap * bs->dims * sizeof(float));
@@ -352,8 +367,11 @@ FlushBatch(GpuivfBuildState *bs)
 
     if (bs->batch_n == 0)
         return;
-    CheckEngine(gpuivf::ivfpq_encode(bs->model, bs->batch_prep, bs->batch_n, bs->labels,
-                                     bs->codes, &cancel));
+    /* (worker helper, issue 4) on the GPU worker when one can */
+    if (!GpuivfWorkerEncode(bs->index, bs->model, bs->batch_raw, bs->batch_n, bs->labels,
+                            bs->codes))
+        CheckEngine(gpuivf::ivfpq_encode(bs->model, bs->batch_prep, bs->batch_n, bs->labels,
+                                         bs->codes, &cancel));
     for (int i = 0; i < bs->batch_n; i++)
     {
         ItemPointerData id_tid = bs->batch_tids[i];
@@ -587,6 +605,9 @@ gpuivfbuild(Relation heap, Relation index, IndexInfo *indexInfo)
         BuildTrained(bs, indexInfo, &reltuples);
 
     GpuivfBuildLogPages(index, bs->forknum);
+    /* (issue 5) a fresh index is tuned before its first ANALYZE */
+    if (bs->rows > 0)
+        GpuivfCalibrate(index, heap);
     result->heap_tuples = reltuples;
     result->index_tuples = (double) (bs->rows == 0 ? 0 : bs->encoded);
 

@@ -6,7 +6,8 @@
  * the work of round 1 (probing, reading the probed list pages, ADC scoring,
  * reading R vector tuples and re-ranking them) or, in exact mode, reading and
  * sorting every vector; the total cost adds what streaming every further row
- * would take.  With LIMIT k the planner charges startup plus a k/rows share of
+ * would take.  Round 1 is costed as the scan will ask it (GpuivfMakeQuery):
+ * the LIMIT of this query level, if any, and the tuned probes.  With LIMIT k the planner charges startup plus a k/rows share of
  * the rest, so kNN queries on large tables use the index while tiny tables,
  * where reading R vector tuples costs more than reading the heap, keep their
  * sequential scan.
@@ -54,6 +55,7 @@ gpuivfcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
     Cost        startup;
     Cost        total;
     double      pages_read;
+    GpuivfQuery query;
 
     /* without ORDER BY an index scan cannot help at all */
     if (path->indexorderbys == NIL)
@@ -86,7 +88,25 @@ gpuivfcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
     costs.numIndexTuples = tuples;
     genericcostestimate(root, path, loop_count, &costs);
 
-    if (!trained || (stores_vectors && GpuivfScanProbes((int) meta.lists) >= (int) meta.lists))
+    /*
+     * Round 1 as the scan will ask it (gpuivfsearch.cpp): k from this
+     * level's LIMIT (divided by the selectivity of the rel's filters),
+     * nprobe from the settings or the tuned curve, max(k, R) re-ranked.
+     */
+    {
+        double      limit = root->limit_tuples;
+        RelOptInfo *baserel = index->rel;
+        double      sel = 1.0;
+        int64       hint = 0;
+
+        if (baserel->tuples > 0 && baserel->rows > 0)
+            sel = Min(Max(baserel->rows / baserel->tuples, 1e-6), 1.0);
+        if (limit > 0)
+            hint = GpuivfRowsForFilter(limit, sel);
+        GpuivfMakeQuery(&meta, hint, sel, NULL, &query);
+    }
+
+    if (!trained || GpuivfQueryIsExact(&meta, &query))
     {
         /* exact mode: every vector, one distance each, then a full sort */
         startup = vector_pages * seq_page_cost
@@ -98,11 +118,11 @@ gpuivfcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
     else
     {
         double      nlist = meta.lists;
-        double      nprobe = GpuivfScanProbes((int) meta.lists);
+        double      nprobe = Max(query.nprobe, 1);
         double      fraction = Min(nprobe / nlist, 1.0);
         double      probed_pages = ceil(list_pages * fraction);
         double      scored = tuples * fraction;
-        double      rerank = Min((double) Max(gpuivf_rerank_candidates, 1), scored);
+        double      rerank = Min((double) Max(Max(query.rerank, query.k), 1), scored);
         double      rerank_pages = 0;
         double      ksub = (double) (1 << meta.pq_bits);
 

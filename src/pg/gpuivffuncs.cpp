@@ -98,6 +98,63 @@ OpenGpuivfIndex(Oid relid, Relation *heap)
 
 /* ------------------------------------------------------ gpuivf_index_info */
 
+/*
+ * (analyze helper, issue 5) The recall curve ANALYZE measured and the nprobe
+ * scans use now: "calibration" (null when never measured) and "probes"
+ * {"in_use", "source": "setting" | "curve" | "automatic", "target_recall",
+ * "target_reached"}.
+ */
+static void
+AppendCalibration(StringInfo json, const GpuivfMetaPageData *meta)
+{
+    bool        reached = false;
+    int         curve_probes = GpuivfCurveProbes(meta, gpuivf_target_recall, &reached);
+    int         in_use;
+    const char *source;
+
+    if (meta->calib_k == 0 || meta->calib_npoints == 0)
+        appendStringInfoString(json, "\"calibration\": null, ");
+    else
+    {
+        appendStringInfo(json, "\"calibration\": {\"k\": %u, \"sample\": %u, "
+                         "\"rerank_candidates\": %u, \"vectors\": " UINT64_FORMAT ", "
+                         "\"measured_at\": \"%s\", \"curve\": [",
+                         meta->calib_k, meta->calib_sample, meta->calib_rerank,
+                         meta->calib_vectors, timestamptz_to_str(meta->calib_time));
+        for (int j = 0; j < Min((int) meta->calib_npoints, GPUIVF_CURVE_POINTS); j++)
+            appendStringInfo(json, "%s{\"nprobe\": %u, \"recall\": %.4f, \"se\": %.4f}",
+                             j > 0 ? ", " : "", meta->calib_curve[j].nprobe,
+                             (double) meta->calib_curve[j].recall,
+                             (double) meta->calib_curve[j].recall_se);
+        appendStringInfoString(json, "]}, ");
+    }
+
+    if (!GpuivfMetaIsTrained(meta) || meta->lists == 0)
+    {
+        in_use = 0;
+        source = "exact";
+    }
+    else if (gpuivf_probes > 0)
+    {
+        in_use = Min(gpuivf_probes, (int) meta->lists);
+        source = "setting";
+    }
+    else if (curve_probes > 0)
+    {
+        in_use = curve_probes;
+        source = "curve";
+    }
+    else
+    {
+        in_use = Min(GpuivfAutoProbes((int) meta->lists), (int) meta->lists);
+        source = "automatic";
+    }
+    appendStringInfo(json, "\"probes\": {\"in_use\": %d, \"source\": \"%s\", "
+                     "\"target_recall\": %.4f, \"target_reached\": %s}",
+                     in_use, source, gpuivf_target_recall,
+                     curve_probes > 0 ? (reached ? "true" : "false") : "null");
+}
+
 /* gpuivf_index_info(regclass) returns jsonb: the metapage and list sizes. */
 Datum
 gpuivf_index_info(PG_FUNCTION_ARGS)
@@ -143,9 +200,13 @@ gpuivf_index_info(PG_FUNCTION_ARGS)
     }
     else
         appendStringInfoString(&json, "\"list_size\": null, ");
+    /* (worker helper, issue 4) which GPU workers hold the index */
+    GpuivfAppendCacheInfo(&json, index);
     appendStringInfo(&json, "\"format_version\": %u, \"generation\": " UINT64_FORMAT
-                     ", \"train_id\": " UINT64_FORMAT "}",
+                     ", \"train_id\": " UINT64_FORMAT ", ",
                      meta.version, meta.generation, meta.train_id);
+    AppendCalibration(&json, &meta);
+    appendStringInfoChar(&json, '}');
     index_close(index, AccessShareLock);
     /* through the type's input function: fmgrprotos.h has C++ linkage here */
     getTypeInputInfo(JSONBOID, &typinput, &typioparam);

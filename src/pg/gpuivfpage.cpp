@@ -496,3 +496,39 @@ GpuivfLogFreeVectorTuples(Relation index, Buffer vecbuf, OffsetNumber *offsets, 
     GpuivfBumpMeta(state, metabuf, count_vectors ? -(int64) noffsets : 0);
     GenericXLogFinish(state);
 }
+
+/* ------------------------------------------ ANALYZE calibration (issue 5) */
+
+/* The curve was appended to the metapage struct; the fields before it keep
+ * the offsets of format version 1 (README.md, "Metapage"). */
+StaticAssertDecl(offsetof(GpuivfMetaPageData, vector_insert_page) == 80,
+                 "metapage fields of format 1 moved");
+StaticAssertDecl(offsetof(GpuivfMetaPageData, calib_sample) == 84,
+                 "calibration fields must follow vector_insert_page");
+StaticAssertDecl(offsetof(GpuivfMetaPageData, calib_curve) == 112 &&
+                 sizeof(GpuivfCurvePoint) == 12 && sizeof(GpuivfMetaPageData) == 880,
+                 "metapage layout differs from README.md");
+
+/*
+ * Store a calibration in the metapage: the calib_* fields of calib (from
+ * calib_sample to the end of the struct) replace the page's, in one
+ * GenericXLog record of the metapage alone (exclusively locked by the
+ * caller).  The rows of the index do not change, so neither does
+ * generation.  pd_lower is raised to cover the whole struct, so a metapage
+ * written before the curve existed keeps it in full-page images too.
+ */
+void
+GpuivfLogCalibration(Relation index, Buffer metabuf, const GpuivfMetaPageData *calib)
+{
+    GenericXLogState *state = GenericXLogStart(index);
+    Page        page = GenericXLogRegisterBuffer(state, metabuf, 0);
+    PageHeader  phdr = (PageHeader) page;
+    Size        start = offsetof(GpuivfMetaPageData, calib_sample);
+    Size        lower = MAXALIGN(SizeOfPageHeaderData) + sizeof(GpuivfMetaPageData);
+
+    memcpy((char *) GpuivfPageGetMeta(page) + start, (const char *) calib + start,
+           sizeof(GpuivfMetaPageData) - start);
+    if (phdr->pd_lower < lower)
+        phdr->pd_lower = lower;
+    GenericXLogFinish(state);
+}

@@ -1,32 +1,38 @@
 /*
  * gpuivfscan.cpp — index scans: ORDER BY col <op> constant, answered in
- * rounds on the CPU.
+ * rounds.
  *
- *  round 1   the nprobe best lists; every entry is ADC-scored into a TopK of
- *            R = gpuivf.rerank_candidates; the R candidates are re-ranked
- *            with exact distances (vector tuples) and returned sorted.
+ *  round 1   GpuivfSearchBatch with nq = 1 (gpuivfsearch.cpp: the GPU worker
+ *            or the CPU engine): the nprobe best lists, ADC k-selection of
+ *            max(k, R) candidates (R = gpuivf.rerank_candidates), exact
+ *            re-rank, the k best.  k is the rows the query needs when the
+ *            planner integration knows it (limit_hint: LIMIT, divided by the
+ *            selectivity of a filter), else R.  A batched kNN join may have
+ *            computed it ahead of time (GpuivfTakeRoundOne).
  *  revisit   when the executor wants more: all entries of the round-1 lists
- *            in ADC order, minus those already returned, in chunks of R, each
+ *            in ADC order, minus those already returned, in chunks, each
  *            chunk re-ranked and sorted.
  *  more      further rounds over the remaining lists in probe order, each
  *            round as many lists as all rounds before it (nprobe doubles),
- *            until every list was visited: every indexed row is reachable.
+ *            until every list was visited (every indexed row is reachable)
+ *            or gpuivf.max_probes lists were.
  *  exact     when nprobe covers every list and the index stores vectors, or
- *            the index is untrained: exact distances of all vector tuples,
- *            fully sorted — the same order as a sequential scan.
+ *            the index is untrained: with a limit hint round 1 is the exact
+ *            top k and the rest follows fully sorted; without, all rows are
+ *            sorted at once — the same order as a sequential scan.
  *
- * Without stored vectors (rerank = false) rows come in ADC order with the
- * ADC distance.  Returned distances are the order-by values, and the
- * executor does not recheck them.
+ * Round 1 returns heap TIDs; later rounds skip rows round 1 returned by heap
+ * TID, and list entries they already handed out by entry id.  Without stored
+ * vectors (rerank = false) rows come in ADC order with the ADC distance.
+ * Returned distances are the order-by values; the executor does not recheck
+ * them.  Order: exact within round 1 and within each later chunk; a later
+ * chunk may hold a row closer than the last one of the chunk before (see
+ * README.md, "Ordering").
  *
  * Memory: everything lives in palloc'd plain arrays, in a context of the
  * scan (scan_ctx) and a child reset at every rescan (query_ctx).  The model
  * (rd_amcache) is fetched again in each phase that needs it, because a
  * relcache flush between two gettuple calls may free it.
- *
- * Later issues slot in here: the planner (issue 6) sets limit_hint so that
- * round 1 asks for what the query needs, and a GPU worker (issue 4) answers
- * GpuivfScanRoundOne's probe + ADC + k-selection for a batch of queries.
  */
 #include "gpuivf.h"
 
@@ -43,9 +49,10 @@
 /* where a scan stands */
 typedef enum GpuivfScanPhase
 {
-    GPUIVF_PHASE_START,         /* nothing done since (re)scan */
+    GPUIVF_PHASE_START,         /* round 1 returned, nothing deeper yet */
     GPUIVF_PHASE_REVISIT,       /* chunks from the round-1 lists */
     GPUIVF_PHASE_MORE,          /* chunks from later rounds of lists */
+    GPUIVF_PHASE_EXACT_REST,    /* exact round 1 returned: the rest, sorted */
     GPUIVF_PHASE_DONE           /* nothing more to load */
 } GpuivfScanPhase;
 
@@ -66,7 +73,9 @@ typedef struct GpuivfScanOpaqueData
     bool        no_rows;        /* ORDER BY col <op> NULL */
     float4     *query;          /* raw query vector */
     int         query_dims;
-    int64       limit_hint;     /* rows the query needs, 0 = unknown (issue 6) */
+    int64       limit_hint;     /* rows the query needs, 0 = unknown (kept) */
+    double      filter_sel;     /* selectivity of the filter above (kept) */
+    GpuivfScanStats stats;      /* summed over rescans (kept) */
 
     /* fixed at the first gettuple of a (re)scan */
     GpuivfScanPhase phase;
@@ -74,9 +83,14 @@ typedef struct GpuivfScanOpaqueData
     gpuivf::Metric metric;
     bool        rerank;         /* list entries point at vector tuples */
     int         nlist;
-    int         nprobe;
-    int         rerank_k;       /* R: candidates per round-1 TopK and per chunk */
+    GpuivfQuery q;              /* round 1 */
+    bool        exact;          /* round 1 was exact */
+    int         rerank_k;       /* candidates per later chunk */
     float4     *query_prepared; /* the vector that is ADC-scored */
+
+    /* heap ids round 1 returned, sorted */
+    uint64     *round1_ids;
+    int         nround1;
 
     /* lists: probe order and which were visited */
     int32      *list_order;     /* best first */
@@ -114,6 +128,11 @@ typedef struct GpuivfScanOpaqueData
     uint64     *chunk_ids;
     float      *chunk_scores;
 } GpuivfScanOpaqueData;
+
+/* the pending limit hint of the next scan descriptor (gpuivf.h) */
+int64       gpuivf_pending_limit_hint = 0;
+double      gpuivf_pending_filter_sel = 1.0;
+Oid         gpuivf_pending_limit_index = InvalidOid;
 
 /* ------------------------------------------------------------ helpers */
 
@@ -475,41 +494,138 @@ GpuivfScanExact(Relation index, GpuivfScanOpaque so)
         qsort(so->results, so->nresults, sizeof(GpuivfResult), GpuivfCompareResults);
 }
 
+/* Is this heap id among those round 1 returned? */
+static bool
+GpuivfInRoundOne(GpuivfScanOpaque so, uint64 heapid)
+{
+    int         lo = 0;
+    int         hi = so->nround1;
+
+    while (lo < hi)
+    {
+        int         mid = lo + (hi - lo) / 2;
+
+        if (so->round1_ids[mid] < heapid)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < so->nround1 && so->round1_ids[lo] == heapid;
+}
+
+/* Drops results[from..] that round 1 returned already, keeping the order. */
+static void
+GpuivfDropRoundOneRows(GpuivfScanOpaque so, int64 from)
+{
+    int64       out = from;
+
+    if (so->nround1 == 0)
+        return;
+    for (int64 i = from; i < so->nresults; i++)
+        if (!GpuivfInRoundOne(so, so->results[i].heapid))
+            so->results[out++] = so->results[i];
+    so->nresults = out;
+}
+
 /*
- * Round 1: the nprobe best lists, ADC k-selection of R candidates, exact
- * re-rank.  This is the unit a GPU engine answers for a batch of queries.
+ * Round 1 (see the file comment): one GpuivfSearchBatch query, or the hits
+ * a batched kNN join computed for exactly this query.
  */
 static void
 GpuivfScanRoundOne(Relation index, GpuivfScanOpaque so)
 {
+    GpuivfHit  *hits = NULL;
+    int         nhits = 0;
+    GpuivfSearchStats st;
+
+    if (GpuivfTakeRoundOne(RelationGetRelid(index), so->meta.generation, &so->q,
+                           (int) so->meta.dims, &hits, &nhits, &st))
+    {
+        /* the batch's engine time and re-ranks are the batch node's */
+        so->stats.precomputed++;
+        so->stats.on_gpu += st.on_gpu ? 1 : 0;
+        so->stats.batch_sum += st.batch_size;
+    }
+    else
+    {
+        GpuivfSearchBatch(index, 1, &so->q, &hits, &nhits, &st);
+        so->stats.on_gpu += st.on_gpu ? 1 : 0;
+        so->stats.batch_sum += st.batch_size;
+        so->stats.gpu_ms += st.gpu_ms;
+        so->stats.queue_ms += st.queue_ms;
+        so->stats.reranked += st.reranked;
+    }
+
+    GpuivfReserveResults(so, nhits);
+    so->round1_ids = (uint64 *) palloc(sizeof(uint64) * Max(nhits, 1));
+    for (int i = 0; i < nhits; i++)
+    {
+        GpuivfResult *r = &so->results[so->nresults++];
+
+        r->distance = hits[i].distance;
+        r->heapid = GpuivfTidToId(&hits[i].tid);
+        so->round1_ids[i] = r->heapid;
+    }
+    so->nround1 = nhits;
+    if (nhits > 1)
+        qsort(so->round1_ids, nhits, sizeof(uint64), GpuivfCompareIds);
+    pfree(hits);
+}
+
+/*
+ * Before the first chunk past round 1: the prepared query, the buffers and
+ * the round-1 lists in probe order (computed again: the probe order is
+ * deterministic), marked visited.
+ */
+static void
+GpuivfPrepareDeepen(Relation index, GpuivfScanOpaque so)
+{
     GpuivfIndexState *state = GpuivfGetIndexState(index);
     const gpuivf::IvfPqModel &model = state->model;
-    gpuivf::TopK topk;
-    int         k = so->rerank_k;
+    int         nprobe = Min(Max(so->q.nprobe, 1), so->nlist);
     float      *probe_scores;
 
-    /* probe order of the round-1 lists */
-    so->list_order = (int32 *) palloc(sizeof(int32) * so->nprobe);
-    probe_scores = (float *) palloc(sizeof(float) * so->nprobe);
-    gpuivf::ivfpq_probe_lists(model, so->query_prepared, so->nprobe, so->list_order,
-                              probe_scores);
-    so->list_order_len = so->nprobe;
+    so->rerank_k = Max(Max(so->q.rerank, so->q.k), Max(gpuivf_rerank_candidates, 1));
+    so->query_prepared = (float4 *) palloc(sizeof(float4) * so->meta.dims);
+    gpuivf::prepare_vector(so->metric, so->query, so->query_prepared, so->meta.dims);
+    so->visited = (bool *) palloc0(sizeof(bool) * so->nlist);
+    so->lists_visited = 0;
 
-    gpuivf::topk_init(&topk, so->chunk_scores, so->chunk_ids, k);
-    for (int i = 0; i < so->nprobe; i++)
+    so->page_capacity = (int) (GPUIVF_PAGE_CAPACITY /
+                               (sizeof(ItemIdData) + GPUIVF_LIST_ENTRY_SIZE(so->meta.code_size)));
+    so->page_codes = (uint8 *) palloc(so->meta.code_size * (Size) so->page_capacity + 1);
+    so->page_ids = (uint64 *) palloc(sizeof(uint64) * so->page_capacity);
+    so->chunk_ids = (uint64 *) palloc(sizeof(uint64) * so->rerank_k);
+    so->chunk_scores = (float *) palloc(sizeof(float) * so->rerank_k);
+    so->lut = (float *) palloc(sizeof(float) * gpuivf::ivfpq_lut_size(model));
+
+    so->list_order = (int32 *) palloc(sizeof(int32) * nprobe);
+    probe_scores = (float *) palloc(sizeof(float) * nprobe);
+    gpuivf::ivfpq_probe_lists(model, so->query_prepared, nprobe, so->list_order, probe_scores);
+    pfree(probe_scores);
+    so->list_order_len = nprobe;
+    for (int i = 0; i < nprobe; i++)
     {
         int         list = so->list_order[i];
 
-        if (list < 0 || list >= so->nlist || so->visited[list])
-            continue;
-        so->visited[list] = true;
-        so->lists_visited++;
-        GpuivfScanList(index, so, model, list, &topk);
+        if (list >= 0 && list < so->nlist && !so->visited[list])
+        {
+            so->visited[list] = true;
+            so->lists_visited++;
+        }
     }
-    gpuivf::topk_sort(&topk);
+}
 
-    GpuivfAddDone(so, topk.ids, topk.size);
-    GpuivfRerank(index, so, topk.ids, topk.vals, topk.size);
+/* May the scan visit another list (gpuivf.max_probes, 0 = no bound)?  The
+ * bound never cuts round 1's own lists. */
+static bool
+GpuivfMayVisitMore(GpuivfScanOpaque so)
+{
+    if (so->lists_visited >= so->nlist)
+        return false;
+    if (gpuivf_max_probes > 0 && so->lists_visited >= Max(gpuivf_max_probes, so->q.nprobe))
+        return false;
+    return true;
 }
 
 /*
@@ -544,7 +660,7 @@ GpuivfCollectRound(Relation index, GpuivfScanOpaque so)
         int         batch;
         int         taken = 0;
 
-        if (so->lists_visited >= so->nlist)
+        if (!GpuivfMayVisitMore(so))
             return false;
         if (so->phase != GPUIVF_PHASE_MORE)
         {
@@ -561,6 +677,8 @@ GpuivfCollectRound(Relation index, GpuivfScanOpaque so)
             so->list_order_pos = 0;
         }
         batch = Max(so->lists_visited, 1);
+        if (gpuivf_max_probes > 0)
+            batch = Min(batch, Max(gpuivf_max_probes, so->q.nprobe) - so->lists_visited);
         while (taken < batch && so->list_order_pos < so->list_order_len)
         {
             int         list = so->list_order[so->list_order_pos++];
@@ -575,7 +693,7 @@ GpuivfCollectRound(Relation index, GpuivfScanOpaque so)
         /* lists the probe order missed (it should cover all): visit them too */
         if (so->list_order_pos >= so->list_order_len && so->lists_visited < so->nlist)
         {
-            for (int list = 0; list < so->nlist; list++)
+            for (int list = 0; list < so->nlist && GpuivfMayVisitMore(so); list++)
             {
                 if (so->visited[list])
                     continue;
@@ -585,20 +703,37 @@ GpuivfCollectRound(Relation index, GpuivfScanOpaque so)
             }
         }
     }
+    so->stats.lists_max = Max(so->stats.lists_max, (int64) so->lists_visited);
     gpuivf::sort_pairs(so->cand_scores, so->cand_ids, so->ncand);
     return true;
 }
 
 /*
- * Loads the next chunk of up to R rows not returned yet from the collected
- * candidates, moving on to the next round of lists when they run out.
- * Returns false when the scan has nothing more.
+ * Loads the next chunk of rows not returned yet: after an exact round 1 all
+ * other rows sorted; else up to rerank_k collected candidates, moving on to
+ * the next round of lists when they run out.  Returns false when the scan
+ * has nothing more.
  */
 static bool
 GpuivfLoadNextChunk(Relation index, GpuivfScanOpaque so)
 {
     so->nresults = 0;
     so->results_pos = 0;
+
+    if (so->phase == GPUIVF_PHASE_EXACT_REST)
+    {
+        so->stats.deepened++;
+        so->phase = GPUIVF_PHASE_DONE;
+        GpuivfScanExact(index, so);
+        so->stats.reranked += so->nresults;
+        GpuivfDropRoundOneRows(so, 0);
+        return so->nresults > 0;
+    }
+    if (so->phase == GPUIVF_PHASE_START)
+    {
+        so->stats.deepened++;
+        GpuivfPrepareDeepen(index, so);
+    }
 
     while (so->phase != GPUIVF_PHASE_DONE)
     {
@@ -620,6 +755,9 @@ GpuivfLoadNextChunk(Relation index, GpuivfScanOpaque so)
         {
             GpuivfAddDone(so, so->chunk_ids, n);
             GpuivfRerank(index, so, so->chunk_ids, so->chunk_scores, n);
+            if (so->rerank)
+                so->stats.reranked += n;
+            GpuivfDropRoundOneRows(so, 0);
             if (so->nresults > 0)
                 return true;
             continue;
@@ -639,13 +777,9 @@ GpuivfStartScan(IndexScanDesc scan)
 {
     Relation    index = scan->indexRelation;
     GpuivfScanOpaque so = (GpuivfScanOpaque) scan->opaque;
+    int         source;
 
-    if (gpuivf_device == GPUIVF_DEVICE_GPU)
-        ereport(ERROR,
-                (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                 errmsg("gpuivf.device is set to \"gpu\" but no gpuivf GPU worker is running"),
-                 errhint("Set gpuivf.device to \"auto\" or \"cpu\" to run gpuivf scans on the CPU.")));
-
+    GpuivfCheckDevice();
     GpuivfReadMeta(index, &so->meta);     /* checks the format too */
     pgstat_count_index_scan(index);
     so->phase = GPUIVF_PHASE_DONE;
@@ -654,54 +788,36 @@ GpuivfStartScan(IndexScanDesc scan)
     GpuivfCheckDims((int) so->meta.dims, so->query_dims);
 
     so->metric = (gpuivf::Metric) so->meta.metric;
-    so->rerank = (so->meta.flags & GPUIVF_META_RERANK) != 0;
+    so->rerank = GpuivfMetaIsTrained(&so->meta) && (so->meta.flags & GPUIVF_META_RERANK) != 0;
+    so->nlist = GpuivfMetaIsTrained(&so->meta) ? (int) so->meta.lists : 0;
 
-    if (!(so->meta.flags & GPUIVF_META_TRAINED) || so->meta.lists == 0)
+    source = GpuivfMakeQuery(&so->meta, so->limit_hint, so->filter_sel, so->query, &so->q);
+    so->exact = GpuivfQueryIsExact(&so->meta, &so->q);
+    so->stats.scans++;
+    so->stats.k_sum += so->q.k;
+    so->stats.probes_sum += so->exact ? so->nlist : so->q.nprobe;
+    so->stats.probe_source = source;
+    so->stats.lists_max = Max(so->stats.lists_max, (int64) (so->exact ? so->nlist : so->q.nprobe));
+    if (so->exact)
+        so->stats.exact++;
+
+    if (so->exact && so->limit_hint <= 0)
     {
-        /* untrained: every row is a vector tuple; brute force */
+        /* no LIMIT known: every row, sorted at once */
         GpuivfScanExact(index, so);
+        so->stats.reranked += so->nresults;
         return;
     }
 
-    so->nlist = (int) so->meta.lists;
-    so->nprobe = GpuivfScanProbes(so->nlist);
-    if (so->rerank && so->nprobe >= so->nlist)
-    {
-        GpuivfScanExact(index, so);
-        return;
-    }
-
-    /* R candidates per round; issue 6 raises it to the query's LIMIT */
-    so->rerank_k = Max(gpuivf_rerank_candidates, 1);
-    if (so->limit_hint > so->rerank_k)
-        so->rerank_k = (int) Min(so->limit_hint, (int64) gpuivf::kMaxK);
-
-    so->query_prepared = (float4 *) palloc(sizeof(float4) * so->meta.dims);
-    gpuivf::prepare_vector(so->metric, so->query, so->query_prepared, so->meta.dims);
-    so->visited = (bool *) palloc0(sizeof(bool) * so->nlist);
-    so->lists_visited = 0;
-
-    /* buffers: a page of entries, a look-up table, a chunk */
-    so->page_capacity = (int) (GPUIVF_PAGE_CAPACITY /
-                               (sizeof(ItemIdData) + GPUIVF_LIST_ENTRY_SIZE(so->meta.code_size)));
-    so->page_codes = (uint8 *) palloc(so->meta.code_size * (Size) so->page_capacity);
-    so->page_ids = (uint64 *) palloc(sizeof(uint64) * so->page_capacity);
-    so->chunk_ids = (uint64 *) palloc(sizeof(uint64) * so->rerank_k);
-    so->chunk_scores = (float *) palloc(sizeof(float) * so->rerank_k);
-    {
-        GpuivfIndexState *state = GpuivfGetIndexState(index);
-
-        so->lut = (float *) palloc(sizeof(float) * gpuivf::ivfpq_lut_size(state->model));
-    }
-
-    so->phase = GPUIVF_PHASE_START;
     GpuivfScanRoundOne(index, so);
+    so->phase = so->exact ? GPUIVF_PHASE_EXACT_REST : GPUIVF_PHASE_START;
 }
 
 /*
  * Tells a scan how many rows its query needs (0 = unknown), before the
- * next rescan: round 1 then keeps at least that many candidates.  For the
- * planner integration (issue 6); PostgreSQL itself never passes a LIMIT down.
+ * next rescan: round 1 then asks the engine for that many rows.  The
+ * planner integration (gpuivfplanner.cpp) sets it from the LIMIT;
+ * PostgreSQL itself never passes a LIMIT down.
  */
 void
 GpuivfScanSetLimitHint(IndexScanDesc scan, int64 rows)
@@ -709,6 +825,25 @@ GpuivfScanSetLimitHint(IndexScanDesc scan, int64 rows)
     GpuivfScanOpaque so = (GpuivfScanOpaque) scan->opaque;
 
     so->limit_hint = Max(rows, 0);
+}
+
+/* Tells a scan the selectivity of the filter applied to its rows (1 = none),
+ * before the next rescan: round 1 probes more lists (GpuivfMakeQuery). */
+void
+GpuivfScanSetFilterSelectivity(IndexScanDesc scan, double sel)
+{
+    GpuivfScanOpaque so = (GpuivfScanOpaque) scan->opaque;
+
+    so->filter_sel = (sel > 0 && sel < 1) ? sel : 1.0;
+}
+
+/* What the scans of this descriptor did (EXPLAIN ANALYZE). */
+const GpuivfScanStats *
+GpuivfScanGetStats(IndexScanDesc scan)
+{
+    GpuivfScanOpaque so = (GpuivfScanOpaque) scan->opaque;
+
+    return so != NULL ? &so->stats : NULL;
 }
 
 /* ------------------------------------------------------- AM callbacks */
@@ -730,6 +865,15 @@ gpuivfbeginscan(Relation index, int nkeys, int norderbys)
     so->bas = GetAccessStrategy(BAS_BULKREAD);
     so->phase = GPUIVF_PHASE_DONE;
     so->no_rows = true;
+    so->filter_sel = 1.0;
+    if (gpuivf_pending_limit_index == RelationGetRelid(index))
+    {
+        so->limit_hint = Max(gpuivf_pending_limit_hint, 0);
+        so->filter_sel = gpuivf_pending_filter_sel;
+        gpuivf_pending_limit_index = InvalidOid;
+        gpuivf_pending_limit_hint = 0;
+        gpuivf_pending_filter_sel = 1.0;
+    }
 
     scan->xs_orderbyvals = (Datum *) MemoryContextAllocZero(scan_ctx, sizeof(Datum) * Max(norderbys, 1));
     scan->xs_orderbynulls = (bool *) MemoryContextAlloc(scan_ctx, sizeof(bool) * Max(norderbys, 1));
@@ -749,6 +893,8 @@ gpuivfrescan(IndexScanDesc scan, ScanKey keys, int nkeys, ScanKey orderbys, int 
     GpuivfScanOpaque so = (GpuivfScanOpaque) scan->opaque;
     MemoryContext oldcxt;
     int64       limit_hint = so->limit_hint;
+    double      filter_sel = so->filter_sel;
+    GpuivfScanStats stats = so->stats;
 
     if (keys && scan->numberOfKeys > 0)
         memmove(scan->keyData, keys, scan->numberOfKeys * sizeof(ScanKeyData));
@@ -767,6 +913,8 @@ gpuivfrescan(IndexScanDesc scan, ScanKey keys, int nkeys, ScanKey orderbys, int 
         so->query_ctx = query_ctx;
         so->bas = bas;
         so->limit_hint = limit_hint;
+        so->filter_sel = filter_sel;
+        so->stats = stats;
     }
     so->phase = GPUIVF_PHASE_DONE;
     so->no_rows = true;

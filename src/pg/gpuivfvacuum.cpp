@@ -273,8 +273,12 @@ gpuivfbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 }
 
 /*
- * amvacuumcleanup: statistics only (bulkdelete did the work).  ANALYZE
- * calls it with analyze_only; the tuning of issue 5 hooks in there.
+ * amvacuumcleanup: statistics (bulkdelete did the work), and the recall
+ * curve of issue 5 (gpuivfanalyze.cpp).  ANALYZE (and autovacuum's
+ * auto-analyze) calls it with analyze_only: measure the curve.  VACUUM
+ * ANALYZE never does (PostgreSQL skips the analyze_only call when the
+ * VACUUM part ran), so a VACUUM re-measures a missing or stale curve
+ * itself; only for indexes that store vectors (no heap scan under VACUUM).
  */
 IndexBulkDeleteResult *
 gpuivfvacuumcleanup(IndexVacuumInfo *info, IndexBulkDeleteResult *stats)
@@ -282,10 +286,15 @@ gpuivfvacuumcleanup(IndexVacuumInfo *info, IndexBulkDeleteResult *stats)
     GpuivfMetaPageData meta;
 
     if (info->analyze_only)
+    {
+        GpuivfCalibrate(info->index, NULL);
         return stats;
+    }
     if (stats == NULL)
         stats = (IndexBulkDeleteResult *) palloc0(sizeof(IndexBulkDeleteResult));
     GpuivfReadMeta(info->index, &meta);
+    if (GpuivfMetaStoresVectors(&meta) && GpuivfCalibrationIsStale(&meta))
+        GpuivfCalibrate(info->index, NULL);
     stats->num_pages = RelationGetNumberOfBlocks(info->index);
     stats->num_index_tuples = (double) meta.vectors;
     stats->estimated_count = false;

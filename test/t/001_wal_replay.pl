@@ -56,6 +56,7 @@ $primary->wait_for_catchup($standby, 'replay');
 # Replay with consistency checking either matched every page image or the
 # standby stopped with FATAL "inconsistent page found".
 is($standby->safe_psql('postgres', 'SELECT pg_is_in_recovery()'), 't', 'standby is alive and in recovery');
+is($standby->safe_psql('postgres', 'SHOW wal_consistency_checking'), 'all', 'the standby checked every replayed page image');
 ok(!$standby->log_contains('inconsistent page found'), 'no page inconsistency reported during replay');
 
 for my $node ($primary, $standby)

@@ -1,0 +1,325 @@
+// The GPU IVF-PQ index against the CPU engine on the same model: encoding
+// (byte-identical codes), search in per-list table mode (bit-identical
+// distances and the same ids), the decomposed tables (same neighbours up to
+// float rounding), exact re-rank, per-query k and nprobe, small batches
+// (probes split over blocks + the second selection pass), 4-bit codes,
+// appending and removing, and siftsmall.
+#include "cuda_test_util.h"
+
+namespace {
+
+using gpuivf::Metric;
+
+struct GpuIndex {
+    gpuivf_cuda_index *ix = nullptr;
+    ~GpuIndex() {
+        if (ix) gpuivf_cuda_index_destroy(ix);
+    }
+};
+
+// Load the CPU model's entries (rows) into a fresh GPU index.
+void load(const gt::CpuIvfPq &cpu, bool vectors, GpuIndex *g) {
+    gpuivf_cuda_model model = cpu.gpu_model();
+    EXPECT_GPU_OK(gpuivf_cuda_index_create(gt::gpu(), &model, vectors ? 1 : 0, &g->ix));
+    EXPECT_GPU_OK(gpuivf_cuda_index_add_encoded(gt::gpu(), g->ix, cpu.size(), cpu.lists.data(), cpu.codes.data(),
+                                                cpu.ids.data(), vectors ? cpu.raw.data() : nullptr));
+}
+
+struct Case {
+    int k, nprobe, rerank, lut_mode;
+};
+
+// Search nq queries on both engines and compare.  exact: the same ids and
+// the same distance bits; otherwise the same neighbours up to rounding.
+void compare_search(const gt::CpuIvfPq &cpu, gpuivf_cuda_index *ix, const std::vector<float> &q, const Case &c,
+                    bool exact, const std::vector<int32_t> *qk = nullptr, const std::vector<int32_t> *qnp = nullptr,
+                    const std::vector<bool> *removed = nullptr) {
+    SCOPED_TRACE(::testing::Message() << "metric " << static_cast<int>(cpu.metric) << " nbits " << cpu.nbits
+                                      << " m " << cpu.m << " k " << c.k << " nprobe " << c.nprobe << " rerank "
+                                      << c.rerank << " lut " << c.lut_mode);
+    const int d = cpu.d;
+    const int64_t nq = static_cast<int64_t>(q.size()) / d;
+    gpuivf_cuda_search_params p{c.k, c.nprobe, c.rerank, c.lut_mode, qk ? qk->data() : nullptr,
+                                qnp ? qnp->data() : nullptr};
+    std::vector<double> dist(nq * c.k);
+    std::vector<uint64_t> ids(nq * c.k);
+    gt::poison_nan(dist);
+    gt::poison(ids);
+    EXPECT_GPU_OK(gpuivf_cuda_index_search(gt::gpu(), ix, q.data(), nq, &p, dist.data(), ids.data()));
+    int64_t mismatches = 0, found = 0, total = 0;
+    for (int64_t i = 0; i < nq; i++) {
+        const int k = qk ? (*qk)[i] : c.k;
+        const int np = qnp ? (*qnp)[i] : c.nprobe;
+        auto ref = cpu.search(&q[i * d], k, np, c.rerank, removed);
+        for (int j = 0; j < c.k; j++) {
+            const double dv = dist[i * c.k + j];
+            const uint64_t id = ids[i * c.k + j];
+            if (j >= static_cast<int>(ref.size())) {
+                if (!(std::isinf(dv) && id == UINT64_MAX) && mismatches++ < 5)
+                    ADD_FAILURE() << "query " << i << " rank " << j << ": expected padding, got (" << dv << ", "
+                                  << id << ")";
+                continue;
+            }
+            if (removed && id != UINT64_MAX && (*removed)[(id - 3) / 7]) ADD_FAILURE() << "removed id " << id;
+            if (exact) {
+                if ((id != ref[j].second || !gt::same_bits(dv, ref[j].first)) && mismatches++ < 5)
+                    ADD_FAILURE() << "query " << i << " rank " << j << ": gpu (" << dv << ", " << id << ") cpu ("
+                                  << ref[j].first << ", " << ref[j].second << ")";
+            } else {
+                const double tol = 1e-4 * (1.0 + std::fabs(ref[j].first));
+                if (std::fabs(dv - ref[j].first) > tol && mismatches++ < 5)
+                    ADD_FAILURE() << "query " << i << " rank " << j << ": gpu distance " << dv << " cpu "
+                                  << ref[j].first;
+                total++;
+                for (const auto &r : ref) found += r.second == id;
+            }
+        }
+    }
+    EXPECT_EQ(mismatches, 0);
+    if (!exact && total > 0) EXPECT_GE(static_cast<double>(found) / total, 0.97);
+}
+
+class IvfPqTest : public ::testing::TestWithParam<std::tuple<Metric, int>> {};
+
+TEST_P(IvfPqTest, EncodeIsByteIdentical) {
+    REQUIRE_GPU();
+    const Metric m = std::get<0>(GetParam());
+    const int nbits = std::get<1>(GetParam());
+    // Odd m: a lone low nibble at 4 bits, the CPU's tail sum at 8 bits.
+    const int d = 45, pq_m = nbits == 8 ? 15 : 9;
+    gt::CpuIvfPq cpu;
+    cpu.train(m, gt::clustered_vectors(5003, d, 40, 11), d, 37, pq_m, nbits);
+    gpuivf_cuda_model model = cpu.gpu_model();
+    std::vector<int32_t> lists(cpu.size());
+    std::vector<uint8_t> codes(cpu.size() * cpu.code_size);
+    gt::poison(lists);
+    gt::poison(codes);
+    EXPECT_GPU_OK(gpuivf_cuda_ivfpq_encode(gt::gpu(), &model, cpu.raw.data(), cpu.size(), lists.data(), codes.data()));
+    int64_t list_diff = 0, code_diff = 0;
+    for (int64_t i = 0; i < cpu.size(); i++) {
+        if (lists[i] != cpu.lists[i]) {
+            // Only a near tie between two centroids may go either way.
+            list_diff++;
+            const float *x = &cpu.prepared[i * d];
+            const float a = gpuivf::l2_squared(x, &cpu.centroids[lists[i] * d], d);
+            const float b = gpuivf::l2_squared(x, &cpu.centroids[cpu.lists[i] * d], d);
+            EXPECT_NEAR(a, b, 1e-4 * (1.0 + b)) << "vector " << i;
+            continue;
+        }
+        code_diff += std::memcmp(&codes[i * cpu.code_size], &cpu.codes[i * cpu.code_size], cpu.code_size) != 0;
+    }
+    EXPECT_LE(list_diff, cpu.size() / 1000);
+    EXPECT_EQ(code_diff, 0);
+    // The ADC sums of odd m follow the CPU's order too.
+    GpuIndex g;
+    load(cpu, false, &g);
+    const std::vector<float> q = gt::clustered_vectors(40, d, 40, 12);
+    compare_search(cpu, g.ix, q, {10, 5, 0, GPUIVF_CUDA_LUT_PER_LIST}, true);
+    compare_search(cpu, g.ix, q, {10, 5, 0, GPUIVF_CUDA_LUT_AUTO}, m == Metric::InnerProduct);
+}
+
+TEST_P(IvfPqTest, SearchMatchesCpu) {
+    REQUIRE_GPU();
+    const Metric m = std::get<0>(GetParam());
+    const int nbits = std::get<1>(GetParam());
+    const int d = 64;
+    gt::CpuIvfPq cpu;
+    cpu.train(m, gt::clustered_vectors(20011, d, 80, 21), d, 61, nbits == 8 ? 16 : 32, nbits);
+    GpuIndex g;
+    load(cpu, true, &g);
+    const std::vector<float> q = gt::clustered_vectors(203, d, 80, 22);
+    // Bit-identical: per-list tables (and inner product in every mode).
+    compare_search(cpu, g.ix, q, {10, 8, 0, GPUIVF_CUDA_LUT_PER_LIST}, true);
+    compare_search(cpu, g.ix, q, {1, 1, 0, GPUIVF_CUDA_LUT_PER_LIST}, true);
+    compare_search(cpu, g.ix, q, {100, 61, 0, GPUIVF_CUDA_LUT_PER_LIST}, true);
+    compare_search(cpu, g.ix, q, {10, 8, 200, GPUIVF_CUDA_LUT_PER_LIST}, true);
+    compare_search(cpu, g.ix, q, {1000, 20, 0, GPUIVF_CUDA_LUT_PER_LIST}, true);
+    // Decomposed tables: same neighbours up to rounding (exact with re-rank).
+    compare_search(cpu, g.ix, q, {10, 8, 0, GPUIVF_CUDA_LUT_AUTO}, m == Metric::InnerProduct);
+    compare_search(cpu, g.ix, q, {100, 16, 0, GPUIVF_CUDA_LUT_DECOMPOSED}, m == Metric::InnerProduct);
+    compare_search(cpu, g.ix, q, {10, 16, 100, GPUIVF_CUDA_LUT_AUTO}, false);
+    // A small batch: probes split over several blocks, merged by a second pass.
+    const std::vector<float> q3(q.begin(), q.begin() + 3 * d);
+    compare_search(cpu, g.ix, q3, {10, 32, 0, GPUIVF_CUDA_LUT_PER_LIST}, true);
+    compare_search(cpu, g.ix, q3, {100, 61, 300, GPUIVF_CUDA_LUT_PER_LIST}, true);
+}
+
+std::string param_name(const ::testing::TestParamInfo<IvfPqTest::ParamType> &info) {
+    static const char *const names[] = {"", "L2", "IP", "Cosine"};
+    return std::string(names[static_cast<int>(std::get<0>(info.param))]) + "_" +
+           std::to_string(std::get<1>(info.param)) + "bit";
+}
+
+INSTANTIATE_TEST_SUITE_P(MetricsAndBits, IvfPqTest,
+                         ::testing::Combine(::testing::Values(Metric::L2, Metric::InnerProduct, Metric::Cosine),
+                                            ::testing::Values(8, 4)),
+                         param_name);
+
+TEST(IvfPq, PerQueryKAndNprobe) {
+    REQUIRE_GPU();
+    const int d = 32;
+    gt::CpuIvfPq cpu;
+    cpu.train(Metric::L2, gt::clustered_vectors(8000, d, 50, 31), d, 40, 8, 8);
+    GpuIndex g;
+    load(cpu, true, &g);
+    const std::vector<float> q = gt::clustered_vectors(150, d, 50, 32);
+    std::vector<int32_t> qk(150), qnp(150);
+    std::mt19937 gen(5);
+    for (int i = 0; i < 150; i++) {
+        qk[i] = 1 + static_cast<int>(gen() % 120);
+        qnp[i] = 1 + static_cast<int>(gen() % 40);
+    }
+    compare_search(cpu, g.ix, q, {120, 40, 0, GPUIVF_CUDA_LUT_PER_LIST}, true, &qk, &qnp);
+    compare_search(cpu, g.ix, q, {120, 40, 150, GPUIVF_CUDA_LUT_PER_LIST}, true, &qk, &qnp);
+}
+
+TEST(IvfPq, AppendAndRemove) {
+    REQUIRE_GPU();
+    const int d = 32;
+    gt::CpuIvfPq cpu;
+    cpu.train(Metric::L2, gt::clustered_vectors(9001, d, 50, 41), d, 33, 8, 8);
+    gpuivf_cuda_model model = cpu.gpu_model();
+    GpuIndex g;
+    EXPECT_GPU_OK(gpuivf_cuda_index_create(gt::gpu(), &model, 1, &g.ix));
+    // Three appends of uneven size: lists grow and are re-laid out.
+    const int64_t cuts[] = {0, 100, 2500, cpu.size()};
+    for (int b = 0; b < 3; b++) {
+        const int64_t r0 = cuts[b], n = cuts[b + 1] - cuts[b];
+        EXPECT_GPU_OK(gpuivf_cuda_index_add_encoded(gt::gpu(), g.ix, n, &cpu.lists[r0], &cpu.codes[r0 * cpu.code_size],
+                                                    &cpu.ids[r0], &cpu.raw[r0 * d]));
+    }
+    gpuivf_cuda_index_stats stats;
+    EXPECT_GPU_OK(gpuivf_cuda_index_get_stats(g.ix, &stats));
+    EXPECT_EQ(stats.vectors, cpu.size());
+    // Lists read back in insertion order, in the CPU's code format.
+    for (int l = 0; l < cpu.nlist; l++) {
+        int64_t count = 0;
+        std::vector<uint64_t> ids(cpu.members[l].size());
+        std::vector<uint8_t> codes(cpu.members[l].size() * cpu.code_size);
+        EXPECT_GPU_OK(gpuivf_cuda_index_get_list(gt::gpu(), g.ix, l, static_cast<int64_t>(ids.size()), &count,
+                                                 ids.data(), codes.data()));
+        ASSERT_EQ(count, static_cast<int64_t>(cpu.members[l].size()));
+        for (size_t i = 0; i < ids.size(); i++) {
+            const int64_t row = cpu.members[l][i];
+            ASSERT_EQ(ids[i], cpu.ids[row]);
+            ASSERT_EQ(0, std::memcmp(&codes[i * cpu.code_size], &cpu.codes[row * cpu.code_size], cpu.code_size));
+        }
+    }
+    const std::vector<float> q = gt::clustered_vectors(64, d, 50, 42);
+    compare_search(cpu, g.ix, q, {20, 10, 0, GPUIVF_CUDA_LUT_PER_LIST}, true);
+    // Remove every third entry (and an id that is not there).
+    std::vector<uint64_t> gone;
+    std::vector<bool> removed(cpu.size(), false);
+    for (int64_t i = 0; i < cpu.size(); i += 3) {
+        gone.push_back(cpu.ids[i]);
+        removed[i] = true;
+    }
+    gone.push_back(999999999999ull);
+    int64_t count = -1;
+    EXPECT_GPU_OK(gpuivf_cuda_index_remove(gt::gpu(), g.ix, static_cast<int64_t>(gone.size()), gone.data(), &count));
+    EXPECT_EQ(count, static_cast<int64_t>(gone.size()) - 1);
+    EXPECT_GPU_OK(gpuivf_cuda_index_get_stats(g.ix, &stats));
+    EXPECT_EQ(stats.vectors, cpu.size() - count);
+    compare_search(cpu, g.ix, q, {20, 10, 0, GPUIVF_CUDA_LUT_PER_LIST}, true, nullptr, nullptr, &removed);
+    compare_search(cpu, g.ix, q, {20, 10, 50, GPUIVF_CUDA_LUT_PER_LIST}, true, nullptr, nullptr, &removed);
+    // Append again after the removal.
+    EXPECT_GPU_OK(gpuivf_cuda_index_add_encoded(gt::gpu(), g.ix, 1, &cpu.lists[0], &cpu.codes[0], &cpu.ids[0],
+                                                &cpu.raw[0]));
+    removed[0] = false;
+    compare_search(cpu, g.ix, q, {20, 10, 0, GPUIVF_CUDA_LUT_PER_LIST}, true, nullptr, nullptr, &removed);
+}
+
+TEST(IvfPq, GpuEncodingAppend) {
+    REQUIRE_GPU();
+    const int d = 32;
+    gt::CpuIvfPq cpu;
+    cpu.train(Metric::Cosine, gt::clustered_vectors(6000, d, 50, 51), d, 30, 8, 8);
+    gpuivf_cuda_model model = cpu.gpu_model();
+    GpuIndex g;
+    EXPECT_GPU_OK(gpuivf_cuda_index_create(gt::gpu(), &model, 1, &g.ix));
+    EXPECT_GPU_OK(gpuivf_cuda_index_add(gt::gpu(), g.ix, cpu.size(), cpu.raw.data(), cpu.ids.data()));
+    int64_t total = 0;
+    for (int l = 0; l < cpu.nlist; l++) {
+        int64_t count = 0;
+        EXPECT_GPU_OK(gpuivf_cuda_index_get_list(gt::gpu(), g.ix, l, 0, &count, nullptr, nullptr));
+        total += count;
+        EXPECT_LE(std::llabs(count - static_cast<int64_t>(cpu.members[l].size())), 3) << "list " << l;
+    }
+    EXPECT_EQ(total, cpu.size());
+    const std::vector<float> q = gt::clustered_vectors(50, d, 50, 52);
+    compare_search(cpu, g.ix, q, {10, 8, 64, GPUIVF_CUDA_LUT_AUTO}, false);
+}
+
+TEST(IvfPq, Siftsmall) {
+    REQUIRE_GPU();
+    std::vector<float> base, q;
+    std::vector<int32_t> gt_ids;
+    int d = 0, gd = 0;
+    int64_t n = 0, nq = 0, ng = 0;
+    const std::string dir = gt::data_dir() + "/siftsmall/";
+    if (!gt::read_vecs(dir + "siftsmall_base.fvecs", &base, &d, &n) ||
+        !gt::read_vecs(dir + "siftsmall_query.fvecs", &q, &d, &nq) ||
+        !gt::read_vecs(dir + "siftsmall_groundtruth.ivecs", &gt_ids, &gd, &ng))
+        GTEST_SKIP() << "skipped: siftsmall not found in " << dir;
+    gt::CpuIvfPq cpu;
+    cpu.train(Metric::L2, base, d, 100, 16, 8);
+    GpuIndex g;
+    load(cpu, true, &g);
+    compare_search(cpu, g.ix, q, {10, 10, 0, GPUIVF_CUDA_LUT_PER_LIST}, true);
+    compare_search(cpu, g.ix, q, {10, 10, 100, GPUIVF_CUDA_LUT_PER_LIST}, true);
+    compare_search(cpu, g.ix, q, {10, 10, 0, GPUIVF_CUDA_LUT_AUTO}, false);
+    // Recall@10 against the official ground truth (reported; re-ranked).
+    const int k = 10;
+    gpuivf_cuda_search_params p{k, 10, 100, GPUIVF_CUDA_LUT_AUTO, nullptr, nullptr};
+    std::vector<double> dist(nq * k);
+    std::vector<uint64_t> ids(nq * k);
+    EXPECT_GPU_OK(gpuivf_cuda_index_search(gt::gpu(), g.ix, q.data(), nq, &p, dist.data(), ids.data()));
+    int64_t hit = 0;
+    for (int64_t i = 0; i < nq; i++)
+        for (int j = 0; j < k; j++)
+            for (int t = 0; t < k; t++) hit += ids[i * k + j] == cpu.ids[gt_ids[i * gd + t]];
+    const double recall = static_cast<double>(hit) / (nq * k);
+    std::printf("siftsmall: recall@10 %.3f (100 lists, pq_m 16, nprobe 10, re-rank 100)\n", recall);
+    EXPECT_GE(recall, 0.85);
+}
+
+TEST(IvfPq, InvalidArguments) {
+    REQUIRE_GPU();
+    const int d = 16;
+    std::vector<float> cent(4 * d, 0.0f), cb(4 * 256 * 4, 0.0f);
+    gpuivf_cuda_model model{1, d, 4, 4, 8, cent.data(), cb.data()};
+    GpuIndex g;
+    EXPECT_GPU_OK(gpuivf_cuda_index_create(gt::gpu(), &model, 0, &g.ix));
+    std::vector<float> q(d, 1.0f);
+    std::vector<double> dist(10);
+    std::vector<uint64_t> ids(10);
+    gpuivf_cuda_search_params p{10, 2, 50, 0, nullptr, nullptr};
+    gpuivf_cuda_status st = gpuivf_cuda_index_search(gt::gpu(), g.ix, q.data(), 1, &p, dist.data(), ids.data());
+    EXPECT_EQ(st.code, GPUIVF_CUDA_INVALID_ARGUMENT);
+    EXPECT_STREQ(st.message, "re-ranking needs an index that stores vectors");
+    p.rerank_candidates = 0;
+    p.nprobe = 0;
+    st = gpuivf_cuda_index_search(gt::gpu(), g.ix, q.data(), 1, &p, dist.data(), ids.data());
+    EXPECT_EQ(st.code, GPUIVF_CUDA_INVALID_ARGUMENT);
+    // An empty index answers with padding only.
+    p.nprobe = 2;
+    gt::poison_nan(dist);
+    EXPECT_GPU_OK(gpuivf_cuda_index_search(gt::gpu(), g.ix, q.data(), 1, &p, dist.data(), ids.data()));
+    for (int i = 0; i < 10; i++) {
+        EXPECT_TRUE(std::isinf(dist[i]));
+        EXPECT_EQ(ids[i], UINT64_MAX);
+    }
+    int32_t bad_list = 7;
+    uint8_t code[4] = {};
+    uint64_t id = 1;
+    st = gpuivf_cuda_index_add_encoded(gt::gpu(), g.ix, 1, &bad_list, code, &id, nullptr);
+    EXPECT_EQ(st.code, GPUIVF_CUDA_INVALID_ARGUMENT);
+    EXPECT_STREQ(st.message, "list 7 is out of range 0..3");
+    model.m = 5;
+    gpuivf_cuda_index *other = nullptr;
+    st = gpuivf_cuda_index_create(gt::gpu(), &model, 0, &other);
+    EXPECT_EQ(st.code, GPUIVF_CUDA_INVALID_ARGUMENT);
+    EXPECT_EQ(other, nullptr);
+}
+
+} // namespace

@@ -1,0 +1,509 @@
+/*
+ * gpuivfclient.cpp — the backend side of the GPU worker protocol: batched
+ * kNN searches (the "Search dispatch" seam of gpuivf.h), CREATE INDEX work
+ * (training, encoding), and where an index is cached (gpuivf_index_info).
+ *
+ * gpuivf.device decides:
+ *   cpu   never asks the worker (every function returns false at once);
+ *   auto  asks when a worker is ready; any failure (no worker, worker error,
+ *         timeout, worker exit) returns false and the caller answers on the
+ *         CPU, counted as a CPU fallback in gpuivf_stat;
+ *   gpu   raises a clear error instead of falling back.
+ * Requests the GPU engine does not take (a temporary or untrained index,
+ * exact mode — nprobe covering every list of an index with stored vectors —,
+ * k, candidates or nprobe above the engine's 1024) return false under every
+ * setting (GpuivfSearchBatch then answers on the CPU, or raises under gpu).
+ */
+#include "gpuivf.h"
+#include "gpuivfworker.h"
+
+#include "utils/builtins.h"
+
+/* Why no worker can serve, as a DETAIL sentence. */
+static void
+NoWorkerDetail(char *buf, Size len)
+{
+    if (GpuivfShmem == NULL)
+    {
+        snprintf(buf, len, "The gpuivf library is not in shared_preload_libraries, so no GPU worker was started.");
+        return;
+    }
+    for (int i = 0; i < GpuivfShmem->nworkers; i++)
+    {
+        GpuivfWorkerSlot *w = &GpuivfShmem->workers[i];
+        int         state;
+        char        message[GPUIVF_MESSAGE_LEN];
+
+        SpinLockAcquire(&w->mutex);
+        state = w->state;
+        strlcpy(message, w->message, sizeof(message));
+        SpinLockRelease(&w->mutex);
+        if (state == GPUIVF_WORKER_NO_GPU)
+        {
+            snprintf(buf, len, "GPU worker %d has no usable GPU: %s.", i, message);
+            return;
+        }
+    }
+    snprintf(buf, len, "No GPU worker is ready (starting, or restarting after an exit).");
+}
+
+static void
+RaiseNoWorker(void)
+{
+    char        detail[GPUIVF_MESSAGE_LEN + 64];
+
+    NoWorkerDetail(detail, sizeof(detail));
+    ereport(ERROR,
+            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+             errmsg("gpuivf.device is set to \"gpu\" but no gpuivf GPU worker is running"),
+             /* the reason depends on the machine: log it, keep client output stable */
+             errdetail_log("%s", detail),
+             errhint("Set gpuivf.device to \"auto\" or \"cpu\" to run gpuivf scans on the CPU.")));
+}
+
+static void
+CountFallback(int worker)
+{
+    if (GpuivfShmem == NULL)
+        return;
+    if (worker >= 0 && worker < GpuivfShmem->nworkers)
+        pg_atomic_fetch_add_u64(&GpuivfShmem->workers[worker].cpu_fallbacks, 1);
+    else
+        pg_atomic_fetch_add_u64(&GpuivfShmem->fallbacks_no_worker, 1);
+}
+
+/* Is a GPU worker with a usable GPU up to take requests? */
+bool
+GpuivfWorkerAvailable(void)
+{
+    if (gpuivf_device == GPUIVF_DEVICE_CPU)
+        return false;
+    return GpuivfReadyWorkers() > 0;
+}
+
+/*
+ * Can the worker be asked at all?  false under cpu; under gpu without a
+ * ready worker, raises; under auto, counts the fallback.
+ */
+static bool
+WorkerUsable(void)
+{
+    if (gpuivf_device == GPUIVF_DEVICE_CPU)
+        return false;
+    if (GpuivfReadyWorkers() > 0)
+        return true;
+    if (gpuivf_device == GPUIVF_DEVICE_GPU)
+        RaiseNoWorker();
+    CountFallback(-1);
+    return false;
+}
+
+/*
+ * A request that did not succeed: raise under gpu, else count it and let
+ * the caller fall back.  Releases the slot (when answered).
+ */
+static void
+RequestFailed(Relation index, GpuivfRequestSlot *slot, bool answered, const char *what)
+{
+    char        message[GPUIVF_MESSAGE_LEN];
+    char        detail[GPUIVF_MESSAGE_LEN];
+    int         sqlerrcode = ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE;
+    int         worker = -1;
+
+    if (answered)
+    {
+        strlcpy(message, slot->message, sizeof(message));
+        strlcpy(detail, slot->detail, sizeof(detail));
+        if (slot->result == GPUIVF_RESULT_ERROR && slot->sqlerrcode != 0)
+            sqlerrcode = slot->sqlerrcode;
+        worker = slot->taken_by;
+        GpuivfReleaseSlot(slot);
+    }
+    else
+    {
+        snprintf(message, sizeof(message), "no answer within gpuivf.worker_timeout (%d ms)",
+                 gpuivf_worker_timeout);
+        detail[0] = '\0';
+    }
+    if (gpuivf_device == GPUIVF_DEVICE_GPU)
+        ereport(ERROR,
+                (errcode(sqlerrcode),
+                 errmsg("gpuivf GPU worker could not %s index \"%s\": %s", what,
+                        RelationGetRelationName(index), message),
+                 detail[0] ? errdetail("%s", detail) : 0,
+                 errhint("Set gpuivf.device to \"auto\" to answer on the CPU when the GPU cannot.")));
+    ereport(DEBUG1,
+            (errmsg("gpuivf: %s of index \"%s\" runs on the CPU: %s", what,
+                    RelationGetRelationName(index), message)));
+    CountFallback(worker);
+}
+
+/* Fill the identity of index into a request. */
+static void
+SetIndexIdentity(GpuivfRequestSlot *slot, Relation index, const GpuivfMetaPageData *meta)
+{
+    slot->dboid = MyDatabaseId;
+    slot->indexoid = RelationGetRelid(index);
+    slot->node = index->rd_node;
+    slot->permanent = index->rd_rel->relpersistence == RELPERSISTENCE_PERMANENT;
+    slot->lsn_reliable = RelationNeedsWAL(index);
+    slot->train_id = meta ? meta->train_id : 0;
+    slot->generation = meta ? meta->generation : 0;
+    slot->dims = meta ? (int) meta->dims : 0;
+}
+
+/* ------------------------------------------------------------ search */
+
+/* Most queries of shape (dims, kmax) one request buffer holds. */
+static int
+QueriesPerRequest(int dims, int kmax)
+{
+    Size        cap = GpuivfShmem->payload_bytes;
+    Size        per = GpuivfSearchPayloadLayout(1, dims, kmax).total;
+    int         n = (int) Max((Size) 1, cap / per);
+
+    while (n > 0 && GpuivfSearchPayloadLayout(n, dims, kmax).total > cap)
+        n--;
+    return n;
+}
+
+/*
+ * Search nq queries of one index on the GPU worker; hits[i] (palloc'd,
+ * best first) and nhits[i] out.  False when the CPU must answer (see the
+ * file comment); errors are raised here under gpuivf.device = gpu.
+ */
+bool
+GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
+                   GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats)
+{
+    GpuivfMetaPageData meta;
+    GpuivfRequestSlot *slot;
+    int         kmax = 1;
+    int         rerank = 0;
+    int         npmax = 1;
+    int         per_request;
+    int         dims;
+
+    if (!WorkerUsable())
+        return false;
+    if (index->rd_rel->relpersistence == RELPERSISTENCE_TEMP)
+        return false;           /* local buffers: only this backend can read them */
+    GpuivfReadMeta(index, &meta);
+    if (!GpuivfMetaIsTrained(&meta) || meta.dims == 0)
+        return false;
+    for (int i = 0; i < nq; i++)
+    {
+        kmax = Max(kmax, queries[i].k);
+        rerank = Max(rerank, queries[i].rerank);
+        npmax = Max(npmax, queries[i].nprobe);
+    }
+    if (kmax > GPUIVF_CUDA_MAX_K || rerank > GPUIVF_CUDA_MAX_K ||
+        npmax > GPUIVF_CUDA_MAX_NPROBE || meta.lists > GPUIVF_CUDA_MAX_LISTS)
+        return false;
+    /* exact mode (every list, stored vectors) is the CPU's full exact scan */
+    if (GpuivfMetaStoresVectors(&meta) && npmax >= (int) meta.lists)
+        return false;
+    dims = (int) meta.dims;
+    per_request = QueriesPerRequest(dims, kmax);
+    slot = GpuivfMySlot();
+    if (slot == NULL || per_request < 1)
+        return false;
+
+    if (stats != NULL)
+        memset(stats, 0, sizeof(*stats));
+    for (int i = 0; i < nq; i++)
+        hits[i] = (GpuivfHit *) palloc(sizeof(GpuivfHit) * Max(queries[i].k, 1));
+
+    for (int off = 0; off < nq; off += per_request)
+    {
+        int         c = Min(per_request, nq - off);
+        GpuivfSearchLayout l = GpuivfSearchPayloadLayout(c, dims, kmax);
+        char       *payload;
+        bool        answered;
+
+        if (off > 0)
+            slot = GpuivfMySlot();
+        payload = GpuivfSlotPayload((int) (slot - GpuivfShmem->slots));
+        slot->kind = GPUIVF_KIND_SEARCH;
+        SetIndexIdentity(slot, index, &meta);
+        slot->nq = c;
+        slot->kmax = kmax;
+        slot->rerank = rerank;
+        for (int q = 0; q < c; q++)
+        {
+            ((int32 *) (payload + l.k_off))[q] = queries[off + q].k;
+            ((int32 *) (payload + l.nprobe_off))[q] = queries[off + q].nprobe;
+            memcpy(payload + l.vec_off + sizeof(float4) * (Size) q * dims,
+                   queries[off + q].vector, sizeof(float4) * dims);
+        }
+        answered = GpuivfSubmitAndWait(slot);
+        if (!answered || slot->result != GPUIVF_RESULT_OK)
+        {
+            RequestFailed(index, slot, answered, "search");
+            return false;
+        }
+        for (int q = 0; q < c; q++)
+        {
+            int         got = ((int32 *) (payload + l.nhits_off))[q];
+            const uint64 *ids = (const uint64 *) (payload + l.ids_off) + (Size) q * kmax;
+            const double *dist = (const double *) (payload + l.dist_off) + (Size) q * kmax;
+            GpuivfHit  *h = hits[off + q];
+
+            got = Min(got, queries[off + q].k);
+            for (int j = 0; j < got; j++)
+            {
+                GpuivfIdToTid(ids[j], &h[j].tid);
+                h[j].distance = dist[j];
+            }
+            nhits[off + q] = got;
+        }
+        if (stats != NULL)
+        {
+            stats->on_gpu = true;
+            stats->batch_size = Max(stats->batch_size, slot->batch_size);
+            stats->gpu_ms += slot->gpu_ms;
+            if (slot->taken_at > slot->submitted_at)
+                stats->queue_ms += (double) (slot->taken_at - slot->submitted_at) / 1000.0;
+        }
+        GpuivfReleaseSlot(slot);
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------- build */
+
+/*
+ * Run a TRAIN or ENCODE request whose data is in seg; false when the CPU
+ * must do it.  The wait has no time limit (a build is long); cancel works.
+ */
+static bool
+BuildRequest(Relation index, dsm_segment *seg, int kind, int metric, int dims,
+             const int64 *args)
+{
+    GpuivfRequestSlot *slot = GpuivfMySlot();
+    int         saved_timeout = gpuivf_worker_timeout;
+    bool        answered;
+
+    if (slot == NULL)
+        return false;
+    slot->kind = kind;
+    SetIndexIdentity(slot, index, NULL);
+    slot->dims = dims;
+    slot->metric = metric;
+    slot->nq = 0;
+    slot->kmax = 0;
+    slot->rerank = 0;
+    slot->dsm = dsm_segment_handle(seg);
+    for (int i = 0; i < 4; i++)
+        slot->arg[i] = args[i];
+    gpuivf_worker_timeout = 0;
+    PG_TRY();
+    {
+        answered = GpuivfSubmitAndWait(slot);
+    }
+    PG_FINALLY();
+    {
+        gpuivf_worker_timeout = saved_timeout;
+    }
+    PG_END_TRY();
+    if (!answered || slot->result != GPUIVF_RESULT_OK)
+    {
+        RequestFailed(index, slot, answered, kind == GPUIVF_KIND_TRAIN ? "train" : "encode");
+        return false;
+    }
+    GpuivfReleaseSlot(slot);
+    return true;
+}
+
+static Size
+CodebookFloats(int dims, int pq_m, int pq_bits)
+{
+    return (Size) pq_m * ((Size) 1 << pq_bits) * (dims / pq_m);
+}
+
+/*
+ * CREATE INDEX: k-means and PQ training of n sample vectors (prepared
+ * space) on the GPU worker; centroids (lists x dims) and codebook out.
+ */
+bool
+GpuivfWorkerTrain(Relation index, gpuivf::Metric metric, const float *sample, int64 n,
+                  int dims, int lists, int pq_m, int pq_bits, float *centroids, float *codebook)
+{
+    Size        xb = sizeof(float) * (Size) n * dims;
+    Size        cb = sizeof(float) * (Size) lists * dims;
+    Size        bb = sizeof(float) * CodebookFloats(dims, pq_m, pq_bits);
+    dsm_segment *seg;
+    char       *base;
+    int64       args[4] = {n, lists, pq_m, pq_bits};
+    bool        ok;
+
+    if (!WorkerUsable())
+        return false;
+    seg = dsm_create(xb + cb + bb, DSM_CREATE_NULL_IF_MAXSEGMENTS);
+    if (seg == NULL)
+        return false;
+    base = (char *) dsm_segment_address(seg);
+    memcpy(base, sample, xb);
+    ok = BuildRequest(index, seg, GPUIVF_KIND_TRAIN, (int) metric, dims, args);
+    if (ok)
+    {
+        memcpy(centroids, base + xb, cb);
+        memcpy(codebook, base + xb + cb, bb);
+    }
+    dsm_detach(seg);
+    return ok;
+}
+
+/*
+ * CREATE INDEX: lists and PQ codes of n raw vectors on the GPU worker (the
+ * same bytes the CPU's ivfpq_encode writes, up to exact float ties).
+ */
+bool
+GpuivfWorkerEncode(Relation index, const gpuivf::IvfPqModel &model, const float *raw, int64 n,
+                   int32 *lists, uint8 *codes)
+{
+    int         dims = model.d;
+    int         code_size = gpuivf::pq_code_size(model.m, model.nbits);
+    Size        xb = sizeof(float) * (Size) n * dims;
+    Size        cb = sizeof(float) * (Size) model.nlist * dims;
+    Size        bb = sizeof(float) * CodebookFloats(dims, model.m, model.nbits);
+    Size        lb = MAXALIGN(sizeof(int32) * n);
+    Size        ob = (Size) code_size * n;
+    dsm_segment *seg;
+    char       *base;
+    int64       args[4] = {n, model.nlist, model.m, model.nbits};
+    bool        ok;
+
+    if (n <= 0 || !WorkerUsable())
+        return false;
+    seg = dsm_create(xb + cb + bb + lb + ob, DSM_CREATE_NULL_IF_MAXSEGMENTS);
+    if (seg == NULL)
+        return false;
+    base = (char *) dsm_segment_address(seg);
+    memcpy(base, raw, xb);
+    memcpy(base + xb, model.centroids, cb);
+    memcpy(base + xb + cb, model.codebook, bb);
+    ok = BuildRequest(index, seg, GPUIVF_KIND_ENCODE, (int) model.metric, dims, args);
+    if (ok)
+    {
+        memcpy(lists, base + xb + cb + bb, sizeof(int32) * n);
+        memcpy(codes, base + xb + cb + bb + lb, ob);
+    }
+    dsm_detach(seg);
+    return ok;
+}
+
+/* ------------------------------------------------- gpuivf_index_info */
+
+/* Appends "gpu_cache": [{worker, device, generation, vectors, bytes}, ...], */
+void
+GpuivfAppendCacheInfo(StringInfo json, Relation index)
+{
+    bool        first = true;
+
+    appendStringInfoString(json, "\"gpu_cache\": [");
+    for (int i = 0; GpuivfShmem != NULL && i < GpuivfShmem->nworkers; i++)
+    {
+        GpuivfWorkerSlot *w = &GpuivfShmem->workers[i];
+        GpuivfShownIndex shown[GPUIVF_MAX_SHOWN_INDEXES];
+        int         n;
+        int         device;
+
+        SpinLockAcquire(&w->mutex);
+        n = Min(w->nindexes, GPUIVF_MAX_SHOWN_INDEXES);
+        device = w->device;
+        memcpy(shown, w->shown, sizeof(GpuivfShownIndex) * n);
+        SpinLockRelease(&w->mutex);
+        for (int j = 0; j < n; j++)
+        {
+            if (shown[j].dboid != MyDatabaseId || shown[j].relnode != index->rd_node.relNode ||
+                shown[j].indexoid != RelationGetRelid(index))
+                continue;
+            appendStringInfo(json, "%s{\"worker\": %d, \"device\": %d, \"generation\": " UINT64_FORMAT
+                             ", \"vectors\": " INT64_FORMAT ", \"bytes\": " INT64_FORMAT "}",
+                             first ? "" : ", ", i, device, shown[j].generation,
+                             shown[j].vectors, shown[j].bytes);
+            first = false;
+        }
+    }
+    appendStringInfoString(json, "], ");
+}
+
+/* ------------------------------------------------- gpuivf_worker_search */
+
+extern "C" {
+PG_FUNCTION_INFO_V1(gpuivf_worker_search);
+}
+
+/*
+ * gpuivf_worker_search(index, query, k, nprobe) -> (heap_tid, distance):
+ * the k nearest rows as the GPU worker answers them (a diagnostic: compare
+ * with the CPU's answer of ORDER BY ... LIMIT k under the same probes).
+ * Always asks the worker, whatever gpuivf.device says.
+ */
+Datum
+gpuivf_worker_search(PG_FUNCTION_ARGS)
+{
+    ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+    Oid         relid = PG_GETARG_OID(0);
+    int         k = PG_GETARG_INT32(2);
+    int         nprobe = PG_GETARG_INT32(3);
+    Relation    index;
+    GpuivfMetaPageData meta;
+    GpuivfQuery query;
+    GpuivfHit  *hits = NULL;
+    int         nhits = 0;
+    int         dims;
+    int         saved_device = gpuivf_device;
+    bool        served;
+
+    InitMaterializedSRF(fcinfo, 0);
+    index = index_open(relid, AccessShareLock);
+    if (index->rd_rel->relam != get_index_am_oid("gpuivf", false))
+        ereport(ERROR,
+                (errcode(ERRCODE_WRONG_OBJECT_TYPE),
+                 errmsg("\"%s\" is not a gpuivf index", RelationGetRelationName(index))));
+    if (k < 1 || k > GPUIVF_CUDA_MAX_K)
+        ereport(ERROR,
+                (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                 errmsg("k must be between 1 and %d", GPUIVF_CUDA_MAX_K)));
+    GpuivfReadMeta(index, &meta);
+    query.vector = GpuivfDatumGetVector(PG_GETARG_DATUM(1), &dims);
+    GpuivfCheckDims((int) meta.dims, dims);
+    if (nprobe <= 0)
+        nprobe = gpuivf_probes > 0 ? gpuivf_probes
+            : (int) Max(1.0, ceil(sqrt((double) Max(meta.lists, (uint32) 1))));
+    query.k = k;
+    query.nprobe = nprobe;
+    query.rerank = (meta.flags & GPUIVF_META_RERANK) ? Max(gpuivf_rerank_candidates, k) : 0;
+
+    gpuivf_device = GPUIVF_DEVICE_GPU;
+    PG_TRY();
+    {
+        served = GpuivfWorkerSearch(index, 1, &query, &hits, &nhits, NULL);
+    }
+    PG_FINALLY();
+    {
+        gpuivf_device = saved_device;
+    }
+    PG_END_TRY();
+    if (!served)
+        ereport(ERROR,
+                (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                 errmsg("the gpuivf GPU worker does not serve this query"),
+                 errdetail("Untrained and temporary indexes, and k, candidates or probes above %d, are searched on the CPU only.",
+                           GPUIVF_CUDA_MAX_K)));
+    for (int i = 0; i < nhits; i++)
+    {
+        Datum       values[2];
+        bool        nulls[2] = {false, false};
+        ItemPointer tid = (ItemPointer) palloc(sizeof(ItemPointerData));
+
+        *tid = hits[i].tid;
+        values[0] = PointerGetDatum(tid);
+        values[1] = Float8GetDatum(hits[i].distance);
+        tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+    }
+    index_close(index, AccessShareLock);
+    return (Datum) 0;
+}

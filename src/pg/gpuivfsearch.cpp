@@ -1,0 +1,760 @@
+/*
+ * gpuivfsearch.cpp — GpuivfSearchBatch: the round-1 search of nq queries of
+ * one index, on the GPU worker when gpuivf.device allows and one is up, else
+ * on the CPU in this backend.  A plain index scan calls it with nq = 1 for its
+ * first round; the batched kNN join (gpuivfplanner.cpp) with a whole chunk of
+ * outer rows.  The answer of a query never depends on the batch it rode in.
+ *
+ * CPU path, per query (the algorithm of a scan's round 1):
+ *   IVF    the nprobe best lists; every entry ADC-scored into a TopK of
+ *          C = max(k, rerank) candidates; with stored vectors the C
+ *          candidates are re-ranked with exact distances; sorted by
+ *          (distance, heap TID), the first k returned.
+ *   exact  untrained index, or nprobe >= lists with stored vectors: the k
+ *          smallest exact distances over every vector tuple.
+ * The batch is processed list-major: each probed list's pages are read once
+ * and scored against every query probing it, each vector page once for all
+ * re-ranks.  TopK breaks ties by id, so the order of work changes nothing.
+ *
+ * Memory: scratch in a child context deleted at the end; hits in the
+ * caller's context.
+ */
+#include "gpuivf.h"
+
+#include <algorithm>
+#include <cmath>
+
+/* where GpuivfSearchBatch's scratch lives */
+typedef struct SearchScratch
+{
+    MemoryContext ctx;
+    GpuivfMetaPageData meta;
+    gpuivf::Metric metric;
+    int         dims;
+    int         code_size;
+    int         page_capacity;  /* list entries per page at most */
+    uint8      *page_codes;
+    uint64     *page_ids;
+} SearchScratch;
+
+/* one exact or re-ranked candidate */
+typedef struct SearchResult
+{
+    double      distance;
+    uint64      heapid;
+} SearchResult;
+
+/* ------------------------------------------------------------ helpers */
+
+/* (distance, heap id) ascending, NaN after every number (float8 order). */
+static inline bool
+ResultLess(double da, uint64 ia, double db, uint64 ib)
+{
+    bool        nan_a = std::isnan(da);
+    bool        nan_b = std::isnan(db);
+
+    if (nan_a != nan_b)
+        return nan_b;
+    if (!nan_a && da != db)
+        return da < db;
+    return ia < ib;
+}
+
+/* Sorts results by (distance, heap id), NaN last (std::sort: no allocation,
+ * no exceptions with this comparator). */
+static void
+SortResults(SearchResult *r, int n)
+{
+    std::sort(r, r + n, [](const SearchResult &a, const SearchResult &b) {
+        return ResultLess(a.distance, a.heapid, b.distance, b.heapid);
+    });
+}
+
+/* Bounded max-heap of the k best results (exact mode). */
+static void
+HeapPush(SearchResult *heap, int *size, int k, double distance, uint64 heapid)
+{
+    int         i;
+
+    if (*size < k)
+    {
+        i = (*size)++;
+        while (i > 0)
+        {
+            int         parent = (i - 1) / 2;
+
+            if (!ResultLess(heap[parent].distance, heap[parent].heapid, distance, heapid))
+                break;
+            heap[i] = heap[parent];
+            i = parent;
+        }
+        heap[i].distance = distance;
+        heap[i].heapid = heapid;
+        return;
+    }
+    if (!ResultLess(distance, heapid, heap[0].distance, heap[0].heapid))
+        return;
+    /* replace the worst, sift down */
+    i = 0;
+    for (;;)
+    {
+        int         l = 2 * i + 1;
+        int         r = l + 1;
+        int         big = i;
+        double      bd = distance;
+        uint64      bi = heapid;
+
+        if (l < k && ResultLess(bd, bi, heap[l].distance, heap[l].heapid))
+        {
+            big = l;
+            bd = heap[l].distance;
+            bi = heap[l].heapid;
+        }
+        if (r < k && ResultLess(bd, bi, heap[r].distance, heap[r].heapid))
+            big = r;
+        if (big == i)
+            break;
+        heap[i] = heap[big];
+        i = big;
+    }
+    heap[i].distance = distance;
+    heap[i].heapid = heapid;
+}
+
+static void
+BadPage(Relation index, BlockNumber blkno, const char *expected)
+{
+    ereport(ERROR,
+            (errcode(ERRCODE_INDEX_CORRUPTED),
+             errmsg("index \"%s\" contains an unexpected page at block %u",
+                    RelationGetRelationName(index), blkno),
+             errdetail("A %s page was expected.", expected),
+             errhint("Please REINDEX it.")));
+}
+
+/* Copies the hits of results[0..n) (sorted) into a palloc'd array of the
+ * caller's context, at most k. */
+static GpuivfHit *
+MakeHits(MemoryContext caller, const SearchResult *results, int n, int k, int *nhits)
+{
+    int         m = Min(n, k);
+    GpuivfHit  *hits = (GpuivfHit *) MemoryContextAlloc(caller, sizeof(GpuivfHit) * Max(m, 1));
+
+    for (int i = 0; i < m; i++)
+    {
+        GpuivfIdToTid(results[i].heapid, &hits[i].tid);
+        hits[i].distance = results[i].distance;
+    }
+    *nhits = m;
+    return hits;
+}
+
+/* --------------------------------------------------------- exact path */
+
+/*
+ * Exact top-k of the queries listed in which[0..nexact): one pass over all
+ * vector pages.
+ */
+static void
+SearchExact(Relation index, SearchScratch *s, const GpuivfQuery *queries, const int *which,
+            int nexact, MemoryContext caller, GpuivfHit **hits, int *nhits)
+{
+    BlockNumber nblocks = RelationGetNumberOfBlocks(index);
+    BufferAccessStrategy bas = GetAccessStrategy(BAS_BULKREAD);
+    SearchResult **heaps = (SearchResult **) palloc(sizeof(SearchResult *) * nexact);
+    int        *sizes = (int *) palloc0(sizeof(int) * nexact);
+    int         dims = s->dims;
+
+    for (int j = 0; j < nexact; j++)
+        heaps[j] = (SearchResult *) palloc(sizeof(SearchResult) * queries[which[j]].k);
+
+    for (BlockNumber blkno = GPUIVF_METAPAGE_BLKNO + 1; blkno < nblocks; blkno++)
+    {
+        Buffer      buf = ReadBufferExtended(index, MAIN_FORKNUM, blkno, RBM_NORMAL, bas);
+        Page        page;
+
+        LockBuffer(buf, BUFFER_LOCK_SHARE);
+        page = BufferGetPage(buf);
+        if (GpuivfPageIsType(page, GPUIVF_PAGE_VECTOR))
+        {
+            OffsetNumber maxoff = PageGetMaxOffsetNumber(page);
+
+            for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off = OffsetNumberNext(off))
+            {
+                ItemId      iid = PageGetItemId(page, off);
+                GpuivfVectorTuple *vt;
+                uint64      heapid;
+
+                if (!ItemIdIsNormal(iid))
+                    continue;
+                if (ItemIdGetLength(iid) < offsetof(GpuivfVectorTuple, x) + sizeof(float4) * dims)
+                    BadPage(index, blkno, "well-formed vector");
+                vt = (GpuivfVectorTuple *) PageGetItem(page, iid);
+                heapid = GpuivfTidToId(&vt->heaptid);
+                for (int j = 0; j < nexact; j++)
+                {
+                    const GpuivfQuery *q = &queries[which[j]];
+                    double      d = gpuivf::metric_distance(s->metric, q->vector, vt->x, dims);
+
+                    HeapPush(heaps[j], &sizes[j], q->k, d, heapid);
+                }
+            }
+        }
+        UnlockReleaseBuffer(buf);
+        CHECK_FOR_INTERRUPTS();
+    }
+    FreeAccessStrategy(bas);
+
+    for (int j = 0; j < nexact; j++)
+    {
+        int         qi = which[j];
+
+        SortResults(heaps[j], sizes[j]);
+        hits[qi] = MakeHits(caller, heaps[j], sizes[j], queries[qi].k, &nhits[qi]);
+    }
+}
+
+/* ----------------------------------------------------------- IVF path */
+
+/* Live entries of one list page into the scratch page buffers; returns how
+ * many and the next page of the chain. */
+static int
+ReadListPage(Relation index, SearchScratch *s, BlockNumber blkno, BlockNumber *next)
+{
+    Buffer      buf = ReadBufferExtended(index, MAIN_FORKNUM, blkno, RBM_NORMAL, NULL);
+    Page        page;
+    OffsetNumber maxoff;
+    int         n = 0;
+
+    LockBuffer(buf, BUFFER_LOCK_SHARE);
+    page = BufferGetPage(buf);
+    if (!GpuivfPageIsType(page, GPUIVF_PAGE_LIST))
+        BadPage(index, blkno, "list");
+    maxoff = PageGetMaxOffsetNumber(page);
+    if (maxoff > s->page_capacity)
+        BadPage(index, blkno, "well-formed list");
+    for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off = OffsetNumberNext(off))
+    {
+        ItemId      iid = PageGetItemId(page, off);
+        GpuivfListEntry *entry;
+
+        if (!ItemIdIsNormal(iid))
+            continue;
+        if (ItemIdGetLength(iid) < offsetof(GpuivfListEntry, code) + s->code_size)
+            BadPage(index, blkno, "well-formed list");
+        entry = (GpuivfListEntry *) PageGetItem(page, iid);
+        s->page_ids[n] = GpuivfTidToId(&entry->tid);
+        memcpy(s->page_codes + (size_t) n * s->code_size, entry->code, s->code_size);
+        n++;
+    }
+    *next = GpuivfPageGetOpaque(page)->nextblkno;
+    UnlockReleaseBuffer(buf);
+    return n;
+}
+
+/* (entry id, query) pair of the re-rank, visited in entry (block) order */
+typedef struct RerankItem
+{
+    uint64      entry;
+    int32       query;
+    int32       slot;           /* position in that query's candidate list */
+} RerankItem;
+
+/*
+ * IVF round 1 of the queries listed in which[0..nivf): probe, ADC TopK of C
+ * candidates per query (list-major), exact re-rank, first k.
+ */
+static void
+SearchIvf(Relation index, SearchScratch *s, const GpuivfQuery *queries, const int *which,
+          int nivf, MemoryContext caller, GpuivfHit **hits, int *nhits, int64 *reranked)
+{
+    GpuivfIndexState *state = GpuivfGetIndexState(index);
+    gpuivf::IvfPqModel model = state->model;   /* views of rd_amcache arrays */
+    int         nlist = (int) s->meta.lists;
+    int         dims = s->dims;
+    bool        stores_vectors = GpuivfMetaStoresVectors(&s->meta);
+    float      *prepared = (float *) MemoryContextAllocHuge(s->ctx, sizeof(float) * (Size) nivf * dims);
+    int        *cap = (int *) palloc(sizeof(int) * nivf);
+    gpuivf::TopK *topk = (gpuivf::TopK *) palloc(sizeof(gpuivf::TopK) * nivf);
+    int        *list_count = (int *) palloc0(sizeof(int) * (nlist + 1));
+    int        *list_start;
+    int        *list_queries;
+    int32     **probes = (int32 **) palloc(sizeof(int32 *) * nivf);
+    float      *probe_scores;
+    float      *lut = (float *) palloc(sizeof(float) * gpuivf::ivfpq_lut_size(model));
+    int         max_probe = 1;
+    int64       total_probes = 0;
+    uint8      *list_codes = NULL;
+    uint64     *list_ids = NULL;
+    int64       list_cap = 0;
+
+    /* prepare, probe, and the TopK of each query */
+    for (int j = 0; j < nivf; j++)
+        max_probe = Max(max_probe, queries[which[j]].nprobe);
+    probe_scores = (float *) palloc(sizeof(float) * max_probe);
+    for (int j = 0; j < nivf; j++)
+    {
+        const GpuivfQuery *q = &queries[which[j]];
+        int         nprobe = Min(Max(q->nprobe, 1), nlist);
+
+        gpuivf::prepare_vector(s->metric, q->vector, prepared + (size_t) j * dims, dims);
+        probes[j] = (int32 *) palloc(sizeof(int32) * nprobe);
+        gpuivf::ivfpq_probe_lists(model, prepared + (size_t) j * dims, nprobe, probes[j],
+                                  probe_scores);
+        for (int p = 0; p < nprobe; p++)
+        {
+            int         list = probes[j][p];
+
+            if (list >= 0 && list < nlist)
+            {
+                list_count[list]++;
+                total_probes++;
+            }
+        }
+        cap[j] = Max(stores_vectors ? Max(q->k, q->rerank) : q->k, 1);
+        gpuivf::topk_init(&topk[j],
+                          (float *) palloc(sizeof(float) * cap[j]),
+                          (uint64 *) palloc(sizeof(uint64) * cap[j]), cap[j]);
+        CHECK_FOR_INTERRUPTS();
+    }
+
+    /* list -> the queries probing it (counting sort) */
+    list_start = (int *) palloc(sizeof(int) * (nlist + 1));
+    list_start[0] = 0;
+    for (int l = 0; l < nlist; l++)
+        list_start[l + 1] = list_start[l] + list_count[l];
+    list_queries = (int *) MemoryContextAllocHuge(s->ctx, sizeof(int) * Max(total_probes, 1));
+    memset(list_count, 0, sizeof(int) * nlist);
+    for (int j = 0; j < nivf; j++)
+    {
+        int         nprobe = Min(Max(queries[which[j]].nprobe, 1), nlist);
+
+        for (int p = 0; p < nprobe; p++)
+        {
+            int         list = probes[j][p];
+
+            if (list >= 0 && list < nlist)
+                list_queries[list_start[list] + list_count[list]++] = j;
+        }
+    }
+
+    /* each probed list once: all its entries, then every query probing it */
+    for (int list = 0; list < nlist; list++)
+    {
+        GpuivfListDirEntry dir;
+        BlockNumber blkno;
+        int64       n = 0;
+
+        if (list_count[list] == 0)
+            continue;
+        dir = GpuivfReadDirEntry(index, &s->meta, list);
+        blkno = dir.head;
+        while (BlockNumberIsValid(blkno))
+        {
+            BlockNumber next;
+            int         m = ReadListPage(index, s, blkno, &next);
+
+            if (n + m > list_cap)
+            {
+                int64       newcap = Max(Max(list_cap * 2, n + m), 1024);
+
+                if (list_codes == NULL)
+                {
+                    list_codes = (uint8 *) MemoryContextAllocHuge(s->ctx, (Size) newcap * s->code_size);
+                    list_ids = (uint64 *) MemoryContextAllocHuge(s->ctx, sizeof(uint64) * newcap);
+                }
+                else
+                {
+                    list_codes = (uint8 *) repalloc_huge(list_codes, (Size) newcap * s->code_size);
+                    list_ids = (uint64 *) repalloc_huge(list_ids, sizeof(uint64) * newcap);
+                }
+                list_cap = newcap;
+            }
+            memcpy(list_codes + (size_t) n * s->code_size, s->page_codes, (size_t) m * s->code_size);
+            memcpy(list_ids + n, s->page_ids, sizeof(uint64) * m);
+            n += m;
+            blkno = next;
+            CHECK_FOR_INTERRUPTS();
+        }
+        if (n == 0)
+            continue;
+        for (int i = list_start[list]; i < list_start[list] + list_count[list]; i++)
+        {
+            int         j = list_queries[i];
+            float       bias;
+
+            gpuivf::ivfpq_build_lut(model, prepared + (size_t) j * dims, list, lut, &bias);
+            gpuivf::ivfpq_adc_scan(model, lut, bias, list_codes, list_ids, n, &topk[j]);
+        }
+        CHECK_FOR_INTERRUPTS();
+    }
+    for (int j = 0; j < nivf; j++)
+        gpuivf::topk_sort(&topk[j]);
+
+    if (!stores_vectors)
+    {
+        /* list entries hold heap TIDs; ADC distances, already in order */
+        for (int j = 0; j < nivf; j++)
+        {
+            int         qi = which[j];
+            SearchResult *res = (SearchResult *) palloc(sizeof(SearchResult) * Max(topk[j].size, 1));
+
+            for (int i = 0; i < topk[j].size; i++)
+            {
+                res[i].distance = gpuivf::ivfpq_score_to_distance(s->metric, topk[j].vals[i]);
+                res[i].heapid = topk[j].ids[i];
+            }
+            hits[qi] = MakeHits(caller, res, topk[j].size, queries[qi].k, &nhits[qi]);
+        }
+        return;
+    }
+
+    /* exact re-rank: every candidate's vector tuple, each page once */
+    {
+        int64       nitems = 0;
+        RerankItem *items;
+        SearchResult **res = (SearchResult **) palloc(sizeof(SearchResult *) * nivf);
+        int        *nres = (int *) palloc0(sizeof(int) * nivf);
+        int64       i = 0;
+
+        for (int j = 0; j < nivf; j++)
+        {
+            nitems += topk[j].size;
+            res[j] = (SearchResult *) palloc(sizeof(SearchResult) * Max(topk[j].size, 1));
+        }
+        items = (RerankItem *) MemoryContextAllocHuge(s->ctx, sizeof(RerankItem) * Max(nitems, 1));
+        nitems = 0;
+        for (int j = 0; j < nivf; j++)
+            for (int c = 0; c < topk[j].size; c++)
+            {
+                items[nitems].entry = topk[j].ids[c];
+                items[nitems].query = j;
+                items[nitems].slot = c;
+                nitems++;
+            }
+        std::sort(items, items + nitems, [](const RerankItem &x, const RerankItem &y) {
+            return x.entry != y.entry ? x.entry < y.entry : x.query < y.query;
+        });
+        *reranked += nitems;
+
+        while (i < nitems)
+        {
+            BlockNumber blkno = (BlockNumber) (items[i].entry >> 16);
+            Buffer      buf = ReadBufferExtended(index, MAIN_FORKNUM, blkno, RBM_NORMAL, NULL);
+            Page        page;
+            OffsetNumber maxoff;
+
+            LockBuffer(buf, BUFFER_LOCK_SHARE);
+            page = BufferGetPage(buf);
+            if (!GpuivfPageIsType(page, GPUIVF_PAGE_VECTOR))
+                BadPage(index, blkno, "vector");
+            maxoff = PageGetMaxOffsetNumber(page);
+            for (; i < nitems && (BlockNumber) (items[i].entry >> 16) == blkno; i++)
+            {
+                OffsetNumber off = (OffsetNumber) (items[i].entry & 0xFFFF);
+                ItemId      iid;
+                GpuivfVectorTuple *vt;
+                int         j = items[i].query;
+                SearchResult *r;
+
+                /* gone meanwhile (VACUUM freed it after we read the list) */
+                if (off < FirstOffsetNumber || off > maxoff)
+                    continue;
+                iid = PageGetItemId(page, off);
+                if (!ItemIdIsNormal(iid))
+                    continue;
+                if (ItemIdGetLength(iid) < offsetof(GpuivfVectorTuple, x) + sizeof(float4) * dims)
+                    BadPage(index, blkno, "well-formed vector");
+                vt = (GpuivfVectorTuple *) PageGetItem(page, iid);
+                r = &res[j][nres[j]++];
+                r->distance = gpuivf::metric_distance(s->metric, queries[which[j]].vector, vt->x, dims);
+                r->heapid = GpuivfTidToId(&vt->heaptid);
+            }
+            UnlockReleaseBuffer(buf);
+            CHECK_FOR_INTERRUPTS();
+        }
+        for (int j = 0; j < nivf; j++)
+        {
+            int         qi = which[j];
+
+            SortResults(res[j], nres[j]);
+            hits[qi] = MakeHits(caller, res[j], nres[j], queries[qi].k, &nhits[qi]);
+        }
+    }
+}
+
+/* ------------------------------------------------------------ entry */
+
+/*
+ * gpuivf.device = gpu without a GPU worker is an error (the settings
+ * section of the README); called before any work of a scan or a batch.
+ */
+void
+GpuivfCheckDevice(void)
+{
+    if (gpuivf_device == GPUIVF_DEVICE_GPU && !GpuivfWorkerAvailable())
+        ereport(ERROR,
+                (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                 errmsg("gpuivf.device is set to \"gpu\" but no gpuivf GPU worker is running"),
+                 errhint("Set gpuivf.device to \"auto\" or \"cpu\" to run gpuivf scans on the CPU.")));
+}
+
+/* The CPU engine in this backend (see the file comment). */
+static void
+GpuivfSearchBatchCpu(Relation index, int nq, const GpuivfQuery *queries,
+                     GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats)
+{
+    MemoryContext caller = CurrentMemoryContext;
+    SearchScratch s;
+    int        *exact_which;
+    int        *ivf_which;
+    int         nexact = 0;
+    int         nivf = 0;
+    bool        trained;
+    bool        stores_vectors;
+    int64       reranked = 0;
+
+    memset(&s, 0, sizeof(s));
+    s.ctx = AllocSetContextCreate(caller, "gpuivf search", ALLOCSET_DEFAULT_SIZES);
+    MemoryContextSwitchTo(s.ctx);
+
+    GpuivfReadMeta(index, &s.meta);
+    s.metric = (gpuivf::Metric) s.meta.metric;
+    s.dims = (int) s.meta.dims;
+    s.code_size = s.meta.code_size;
+    trained = GpuivfMetaIsTrained(&s.meta) && s.meta.lists > 0;
+    stores_vectors = GpuivfMetaStoresVectors(&s.meta);
+
+    exact_which = (int *) palloc(sizeof(int) * Max(nq, 1));
+    ivf_which = (int *) palloc(sizeof(int) * Max(nq, 1));
+    for (int i = 0; i < nq; i++)
+    {
+        const GpuivfQuery *q = &queries[i];
+
+        hits[i] = NULL;
+        nhits[i] = 0;
+        if (s.dims == 0 || q->vector == NULL || q->k < 1)
+            continue;           /* never saw a vector: nothing to find */
+        if (!trained || (stores_vectors && q->nprobe >= (int) s.meta.lists))
+            exact_which[nexact++] = i;
+        else
+            ivf_which[nivf++] = i;
+    }
+
+    if (nexact > 0)
+    {
+        SearchExact(index, &s, queries, exact_which, nexact, caller, hits, nhits);
+        for (int j = 0; j < nexact; j++)
+            reranked += nhits[exact_which[j]];
+    }
+    if (nivf > 0)
+    {
+        s.page_capacity = (int) (GPUIVF_PAGE_CAPACITY /
+                                 (sizeof(ItemIdData) + GPUIVF_LIST_ENTRY_SIZE(s.code_size)));
+        s.page_codes = (uint8 *) palloc((Size) s.code_size * s.page_capacity + 1);
+        s.page_ids = (uint64 *) palloc(sizeof(uint64) * s.page_capacity);
+        SearchIvf(index, &s, queries, ivf_which, nivf, caller, hits, nhits, &reranked);
+    }
+
+    /* queries without an answer still get an (empty) array */
+    for (int i = 0; i < nq; i++)
+        if (hits[i] == NULL)
+            hits[i] = (GpuivfHit *) MemoryContextAlloc(caller, sizeof(GpuivfHit));
+
+    MemoryContextSwitchTo(caller);
+    MemoryContextDelete(s.ctx);
+
+    stats->on_gpu = false;
+    stats->batch_size = nq;
+    stats->queue_ms = 0;
+    stats->gpu_ms = 0;
+    stats->reranked = reranked;
+}
+
+/*
+ * Answers nq queries of one index (gpuivf.h): the GPU worker when
+ * gpuivf.device is not cpu and a worker is up, else the CPU.  Every query's
+ * vector must have the index's dims (the callers check it).
+ */
+void
+GpuivfSearchBatch(Relation index, int nq, const GpuivfQuery *queries,
+                  GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats)
+{
+    memset(stats, 0, sizeof(GpuivfSearchStats));
+    if (nq <= 0)
+        return;
+    GpuivfCheckDevice();
+    if (gpuivf_device != GPUIVF_DEVICE_CPU && GpuivfWorkerAvailable())
+    {
+        if (GpuivfWorkerSearch(index, nq, queries, hits, nhits, stats))
+            return;
+        /* the worker declined: the CPU answers, unless the GPU was demanded */
+        if (gpuivf_device == GPUIVF_DEVICE_GPU)
+            ereport(ERROR,
+                    (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                     errmsg("gpuivf.device is set to \"gpu\" but no gpuivf GPU worker is running"),
+                     errdetail("The GPU worker could not take the request."),
+                     errhint("Set gpuivf.device to \"auto\" or \"cpu\" to run gpuivf scans on the CPU.")));
+        memset(stats, 0, sizeof(GpuivfSearchStats));
+    }
+    GpuivfSearchBatchCpu(index, nq, queries, hits, nhits, stats);
+}
+
+/* ------------------------------------------------------ round-1 query */
+
+/* The round-1 query of a scan that needs `hint` rows (gpuivf.h). */
+int
+GpuivfMakeQuery(const GpuivfMetaPageData *meta, int64 hint, double filter_sel,
+                const float4 *vector, GpuivfQuery *query)
+{
+    int         candidates = Max(gpuivf_rerank_candidates, 1);
+    bool        trained = GpuivfMetaIsTrained(meta) && meta->lists > 0;
+    int         lists = trained ? (int) meta->lists : 0;
+    int         k;
+    int         nprobe;
+    int         source;
+
+    k = hint > 0 ? (int) Min(hint, (int64) gpuivf::kMaxK) : Min(candidates, gpuivf::kMaxK);
+    if (!trained)
+    {
+        nprobe = 0;
+        source = GPUIVF_PROBES_UNTRAINED;
+    }
+    else if (gpuivf_probes > 0)
+    {
+        nprobe = gpuivf_probes;
+        source = GPUIVF_PROBES_SETTING;
+    }
+    else
+    {
+        bool        from_curve = false;
+
+        nprobe = GpuivfProbesForScan(meta, k, &from_curve);
+        source = from_curve ? GPUIVF_PROBES_CURVE : GPUIVF_PROBES_AUTO;
+
+        /*
+         * The nearest rows that pass a filter of selectivity s are about the
+         * k/s nearest rows of all, which lie in more lists than the k
+         * nearest: probe 1/sqrt(s) times as many (a measured compromise:
+         * 1% filters reach recall@10 ~0.9 where the unraised probes gave
+         * ~0.7).  An explicit gpuivf.probes is taken as it is.
+         */
+        if (filter_sel > 0 && filter_sel < 1)
+            nprobe = (int) Min((double) lists, ceil(nprobe / sqrt(filter_sel)));
+    }
+    if (trained)
+        nprobe = Min(Max(nprobe, 1), lists);
+
+    query->vector = vector;
+    query->k = k;
+    query->nprobe = nprobe;
+    query->rerank = GpuivfMetaStoresVectors(meta) ? Min(Max(k, candidates), gpuivf::kMaxK) : 0;
+    return source;
+}
+
+/*
+ * Rows round 1 should ask for when the executor needs `rows` rows that pass
+ * a filter of selectivity sel: enough that, were the filter independent of
+ * the distance, fewer than `rows` pass only rarely (mean + 3 standard
+ * deviations, about).  Correlated filters are the deepening's job.
+ */
+int64
+GpuivfRowsForFilter(double rows, double sel)
+{
+    if (rows <= 0)
+        return 0;
+    if (sel > 0 && sel < 1)
+        rows = ceil((rows + 3 * sqrt(rows) + 3) / sel);
+    return (int64) Min(rows, 1e12);
+}
+
+/* Is the query answered exactly (gpuivf.h)? */
+bool
+GpuivfQueryIsExact(const GpuivfMetaPageData *meta, const GpuivfQuery *query)
+{
+    if (!GpuivfMetaIsTrained(meta) || meta->lists == 0)
+        return true;
+    return GpuivfMetaStoresVectors(meta) && query->nprobe >= (int) meta->lists;
+}
+
+/* ------------------------------------------- precomputed round 1 offers */
+
+/*
+ * One offer at a time, in static storage: the batched
+ * join offers the round 1 of the outer row it is about to return, and the
+ * inner scan started for that row takes it.  The copy of the query vector
+ * and the hits live in a context of their own, reset with every offer.
+ */
+static MemoryContext offer_ctx = NULL;
+static bool offer_valid = false;
+static Oid  offer_index = InvalidOid;
+static uint64 offer_generation = 0;
+static GpuivfQuery offer_query;
+static int  offer_dims = 0;
+static GpuivfHit *offer_hits = NULL;
+static int  offer_nhits = 0;
+static GpuivfSearchStats offer_stats;
+
+/* Forgets the current offer. */
+void
+GpuivfClearOffer(void)
+{
+    offer_valid = false;
+    if (offer_ctx != NULL)
+        MemoryContextReset(offer_ctx);
+    offer_hits = NULL;
+    offer_query.vector = NULL;
+}
+
+/* Offers a precomputed round 1 to the next scan of indexoid (gpuivf.h). */
+void
+GpuivfOfferRoundOne(Oid indexoid, uint64 generation, const GpuivfQuery *query, int dims,
+                    const GpuivfHit *hits, int nhits, const GpuivfSearchStats *stats)
+{
+    float4     *vector;
+    GpuivfHit  *copy;
+
+    if (offer_ctx == NULL)
+        offer_ctx = AllocSetContextCreate(TopMemoryContext, "gpuivf round-1 offer",
+                                          ALLOCSET_SMALL_SIZES);
+    GpuivfClearOffer();
+    vector = (float4 *) MemoryContextAlloc(offer_ctx, sizeof(float4) * Max(dims, 1));
+    memcpy(vector, query->vector, sizeof(float4) * dims);
+    copy = (GpuivfHit *) MemoryContextAlloc(offer_ctx, sizeof(GpuivfHit) * Max(nhits, 1));
+    if (nhits > 0)
+        memcpy(copy, hits, sizeof(GpuivfHit) * nhits);
+
+    offer_index = indexoid;
+    offer_generation = generation;
+    offer_query = *query;
+    offer_query.vector = vector;
+    offer_dims = dims;
+    offer_hits = copy;
+    offer_nhits = nhits;
+    offer_stats = *stats;
+    offer_valid = true;
+}
+
+/*
+ * Takes the offer when it answers exactly this query of this index at this
+ * generation: hits are copied into the current context.  The offer is used
+ * once.
+ */
+bool
+GpuivfTakeRoundOne(Oid indexoid, uint64 generation, const GpuivfQuery *query, int dims,
+                   GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats)
+{
+    if (!offer_valid || offer_index != indexoid || offer_generation != generation ||
+        offer_dims != dims || offer_query.k != query->k ||
+        offer_query.nprobe != query->nprobe || offer_query.rerank != query->rerank ||
+        memcmp(offer_query.vector, query->vector, sizeof(float4) * dims) != 0)
+        return false;
+
+    *hits = (GpuivfHit *) palloc(sizeof(GpuivfHit) * Max(offer_nhits, 1));
+    if (offer_nhits > 0)
+        memcpy(*hits, offer_hits, sizeof(GpuivfHit) * offer_nhits);
+    *nhits = offer_nhits;
+    *stats = offer_stats;
+    GpuivfClearOffer();
+    return true;
+}

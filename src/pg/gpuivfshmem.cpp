@@ -1,0 +1,523 @@
+/*
+ * gpuivfshmem.cpp — the shared memory of the GPU worker: one worker slot per
+ * GPU worker and one request slot per PGPROC, with the state machine both
+ * sides follow.
+ *
+ *   FREE --backend fills, submits--> SUBMITTED --a worker takes it--> TAKEN
+ *   TAKEN --worker writes the answer--> DONE --backend reads it--> FREE
+ *
+ * A backend owns its slot (number = its pgprocno) while FREE, SUBMITTED (it
+ * may withdraw it) and DONE; a worker owns it while TAKEN.  A backend that
+ * leaves while its request is TAKEN (cancel, statement_timeout, exit) sets
+ * `abandoned` and the worker frees the slot when it is done instead of
+ * answering.  The next owner of that PGPROC waits for that (bounded: the
+ * worker finishes its batch, or it is gone and the slot is reclaimed).
+ * Every transition happens under the slot's spinlock; the payload belongs to
+ * whoever owns the slot, so it needs no lock.
+ *
+ * Waking: a worker sets `idle` before its last look at the queue and sleeps
+ * on its latch; a backend that submitted sets the latch of one idle worker.
+ * Both sides put a full barrier between their write and their read, so a
+ * request is never left with every worker asleep.  Busy workers look at the
+ * queue again before sleeping: that is what grows batches under load.
+ */
+#include "gpuivf.h"
+#include "gpuivfworker.h"
+
+GpuivfShared *GpuivfShmem = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+static bool exit_callback_registered = false;
+
+/* Number of workers registered by _PG_init (gpuivfworker.cpp). */
+extern int  GpuivfRegisteredWorkers;
+
+/* ------------------------------------------------------------- layout */
+
+static Size
+SlotsBytes(int nslots)
+{
+    return MAXALIGN(add_size(offsetof(GpuivfShared, slots),
+                             mul_size(sizeof(GpuivfRequestSlot), nslots)));
+}
+
+static Size
+PayloadBytes(void)
+{
+    return MAXALIGN((Size) gpuivf_request_buffer * 1024);
+}
+
+static Size
+ShmemBytes(void)
+{
+    return add_size(SlotsBytes(MaxBackends), mul_size(PayloadBytes(), MaxBackends));
+}
+
+char *
+GpuivfSlotPayload(int slotno)
+{
+    return (char *) GpuivfShmem + SlotsBytes(GpuivfShmem->nslots) +
+        (Size) slotno * GpuivfShmem->payload_bytes;
+}
+
+/* shmem_request_hook: MaxBackends is known here (not yet in _PG_init). */
+static void
+ShmemRequestHook(void)
+{
+    if (prev_shmem_request_hook)
+        prev_shmem_request_hook();
+    RequestAddinShmemSpace(ShmemBytes());
+}
+
+/* shmem_startup_hook: create (postmaster, and after a crash restart) or attach. */
+static void
+ShmemStartupHook(void)
+{
+    bool        found;
+
+    if (prev_shmem_startup_hook)
+        prev_shmem_startup_hook();
+
+    LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+    GpuivfShmem = (GpuivfShared *) ShmemInitStruct("gpuivf GPU worker", ShmemBytes(), &found);
+    if (!found)
+    {
+        memset(GpuivfShmem, 0, SlotsBytes(MaxBackends));
+        GpuivfShmem->nworkers = GpuivfRegisteredWorkers;
+        GpuivfShmem->nslots = MaxBackends;
+        GpuivfShmem->payload_bytes = PayloadBytes();
+        pg_atomic_init_u64(&GpuivfShmem->next_serial, 1);
+        pg_atomic_init_u32(&GpuivfShmem->max_slot, 0);
+        pg_atomic_init_u64(&GpuivfShmem->fallbacks_no_worker, 0);
+        for (int i = 0; i < GPUIVF_MAX_WORKERS; i++)
+        {
+            GpuivfWorkerSlot *w = &GpuivfShmem->workers[i];
+
+            SpinLockInit(&w->mutex);
+            w->state = GPUIVF_WORKER_UNUSED;
+            w->device = -1;
+            pg_atomic_init_u32(&w->idle, 0);
+            pg_atomic_init_u64(&w->requests, 0);
+            pg_atomic_init_u64(&w->queries, 0);
+            pg_atomic_init_u64(&w->batches, 0);
+            pg_atomic_init_u64(&w->max_batch, 0);
+            pg_atomic_init_u64(&w->queue_us, 0);
+            pg_atomic_init_u64(&w->gpu_us, 0);
+            pg_atomic_init_u64(&w->errors, 0);
+            pg_atomic_init_u64(&w->cpu_fallbacks, 0);
+            pg_atomic_init_u64(&w->loads, 0);
+            pg_atomic_init_u64(&w->refreshes, 0);
+            pg_atomic_init_u64(&w->evictions, 0);
+            pg_atomic_init_u64(&w->builds, 0);
+        }
+        for (int i = 0; i < MaxBackends; i++)
+            SpinLockInit(&GpuivfShmem->slots[i].mutex);
+    }
+    LWLockRelease(AddinShmemInitLock);
+}
+
+void
+GpuivfShmemRequest(void)
+{
+    prev_shmem_request_hook = shmem_request_hook;
+    shmem_request_hook = ShmemRequestHook;
+}
+
+void
+GpuivfShmemStartup(void)
+{
+    prev_shmem_startup_hook = shmem_startup_hook;
+    shmem_startup_hook = ShmemStartupHook;
+}
+
+/* ------------------------------------------------------------ workers */
+
+/* Is worker w still the incarnation that took a request, and serving? */
+bool
+GpuivfWorkerAlive(const GpuivfWorkerSlot *w, uint64 incarnation)
+{
+    GpuivfWorkerSlot *ww = (GpuivfWorkerSlot *) w;
+    bool        alive;
+
+    SpinLockAcquire(&ww->mutex);
+    alive = ww->incarnation == incarnation && ww->pid != 0 &&
+        (ww->state == GPUIVF_WORKER_READY || ww->state == GPUIVF_WORKER_STARTING);
+    SpinLockRelease(&ww->mutex);
+    return alive;
+}
+
+/* Workers that take requests now. */
+int
+GpuivfReadyWorkers(void)
+{
+    int         n = 0;
+
+    if (GpuivfShmem == NULL)
+        return 0;
+    for (int i = 0; i < GpuivfShmem->nworkers; i++)
+    {
+        GpuivfWorkerSlot *w = &GpuivfShmem->workers[i];
+
+        SpinLockAcquire(&w->mutex);
+        if (w->state == GPUIVF_WORKER_READY)
+            n++;
+        SpinLockRelease(&w->mutex);
+    }
+    return n;
+}
+
+/*
+ * Wake one idle ready worker (the preferred one when it is ready).  When all
+ * are busy nobody is woken: each looks at the queue before it sleeps.
+ */
+void
+GpuivfWakeWorker(int preferred)
+{
+    int         first = preferred >= 0 ? preferred : 0;
+
+    pg_memory_barrier();
+    for (int j = 0; j < GpuivfShmem->nworkers; j++)
+    {
+        int         i = (first + j) % GpuivfShmem->nworkers;
+        GpuivfWorkerSlot *w = &GpuivfShmem->workers[i];
+        Latch      *latch = NULL;
+
+        SpinLockAcquire(&w->mutex);
+        if (w->state == GPUIVF_WORKER_READY && pg_atomic_read_u32(&w->idle) != 0)
+            latch = w->latch;
+        SpinLockRelease(&w->mutex);
+        if (latch != NULL)
+        {
+            SetLatch(latch);
+            return;
+        }
+    }
+}
+
+/* ------------------------------------------------------- backend side */
+
+/* Withdraw or abandon this backend's request, whatever state it is in. */
+static void
+AbandonSlot(GpuivfRequestSlot *slot)
+{
+    SpinLockAcquire(&slot->mutex);
+    if (slot->state == GPUIVF_REQ_SUBMITTED || slot->state == GPUIVF_REQ_DONE)
+        slot->state = GPUIVF_REQ_FREE;
+    else if (slot->state == GPUIVF_REQ_TAKEN)
+        slot->abandoned = true;
+    SpinLockRelease(&slot->mutex);
+}
+
+/* before_shmem_exit: a backend that exits leaves no request behind. */
+static void
+AbandonAtExit(int code, Datum arg)
+{
+    int         slotno = DatumGetInt32(arg);
+
+    if (GpuivfShmem != NULL && slotno < GpuivfShmem->nslots)
+        AbandonSlot(&GpuivfShmem->slots[slotno]);
+}
+
+/* A TAKEN slot whose worker is gone is answered "worker gone" here. */
+static bool
+ReclaimIfWorkerGone(GpuivfRequestSlot *slot)
+{
+    int         worker;
+    uint64      incarnation;
+    bool        reclaimed = false;
+
+    SpinLockAcquire(&slot->mutex);
+    worker = slot->taken_by;
+    incarnation = slot->taken_incarnation;
+    SpinLockRelease(&slot->mutex);
+    if (worker < 0 || worker >= GpuivfShmem->nworkers ||
+        GpuivfWorkerAlive(&GpuivfShmem->workers[worker], incarnation))
+        return false;
+
+    SpinLockAcquire(&slot->mutex);
+    if (slot->state == GPUIVF_REQ_TAKEN && slot->taken_by == worker &&
+        slot->taken_incarnation == incarnation)
+    {
+        if (slot->abandoned)
+        {
+            slot->abandoned = false;
+            slot->state = GPUIVF_REQ_FREE;
+        }
+        else
+        {
+            slot->result = GPUIVF_RESULT_WORKER_GONE;
+            slot->fallback_ok = true;
+            snprintf(slot->message, sizeof(slot->message),
+                     "gpuivf GPU worker %d exited while serving the request", worker);
+            slot->state = GPUIVF_REQ_DONE;
+        }
+        reclaimed = true;
+    }
+    SpinLockRelease(&slot->mutex);
+    return reclaimed;
+}
+
+/*
+ * This backend's request slot, FREE and ready to fill; NULL when the
+ * library was not preloaded or this process has no slot.  A request
+ * abandoned by an earlier owner of this PGPROC is waited out first.
+ */
+GpuivfRequestSlot *
+GpuivfMySlot(void)
+{
+    GpuivfRequestSlot *slot;
+    int         slotno;
+
+    if (GpuivfShmem == NULL || MyProc == NULL)
+        return NULL;
+    slotno = MyProc->pgprocno;
+    if (slotno < 0 || slotno >= GpuivfShmem->nslots)
+        return NULL;
+    slot = &GpuivfShmem->slots[slotno];
+    if (!exit_callback_registered)
+    {
+        before_shmem_exit(AbandonAtExit, Int32GetDatum(slotno));
+        exit_callback_registered = true;
+    }
+
+    for (;;)
+    {
+        int         state;
+
+        SpinLockAcquire(&slot->mutex);
+        state = slot->state;
+        if (state == GPUIVF_REQ_SUBMITTED || state == GPUIVF_REQ_DONE)
+        {
+            /* left behind by an earlier owner that did not clean up */
+            slot->state = GPUIVF_REQ_FREE;
+            state = GPUIVF_REQ_FREE;
+        }
+        SpinLockRelease(&slot->mutex);
+        if (state == GPUIVF_REQ_FREE)
+            break;
+        /* TAKEN and abandoned by an earlier owner */
+        if (ReclaimIfWorkerGone(slot))
+            continue;
+        (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10,
+                         PG_WAIT_EXTENSION);
+        ResetLatch(MyLatch);
+        CHECK_FOR_INTERRUPTS();
+    }
+    slot->abandoned = false;
+    slot->result = GPUIVF_RESULT_OK;
+    slot->fallback_ok = false;
+    slot->sqlerrcode = 0;
+    slot->message[0] = '\0';
+    slot->detail[0] = '\0';
+    slot->preferred_worker = -1;
+    slot->dsm = DSM_HANDLE_INVALID;
+    slot->taken_by = -1;
+    return slot;
+}
+
+/* Raise max_slot to cover slotno (workers look at slots below it). */
+static void
+CoverSlot(int slotno)
+{
+    uint32      cur = pg_atomic_read_u32(&GpuivfShmem->max_slot);
+
+    while (cur < (uint32) slotno + 1)
+    {
+        if (pg_atomic_compare_exchange_u32(&GpuivfShmem->max_slot, &cur, (uint32) slotno + 1))
+            break;
+    }
+}
+
+/* Answer the request locally (no worker will): DONE with a "gone" result. */
+static void
+WithdrawUnanswered(GpuivfRequestSlot *slot, const char *why)
+{
+    SpinLockAcquire(&slot->mutex);
+    if (slot->state == GPUIVF_REQ_SUBMITTED)
+    {
+        slot->result = GPUIVF_RESULT_WORKER_GONE;
+        slot->fallback_ok = true;
+        strlcpy(slot->message, why, sizeof(slot->message));
+        slot->state = GPUIVF_REQ_DONE;
+    }
+    SpinLockRelease(&slot->mutex);
+}
+
+/*
+ * Submit the filled slot and wait until it is DONE (then the caller reads
+ * the answer and calls GpuivfReleaseSlot).  The wait is interruptible: an
+ * error or FATAL (cancel, statement_timeout, terminate) withdraws or
+ * abandons the request first.  It ends in bounded time when the worker
+ * disappears (100 ms checks: answered "gone").  Returns false when
+ * gpuivf.worker_timeout passed first: the request is then abandoned and the
+ * slot is no longer the caller's.
+ */
+bool
+GpuivfSubmitAndWait(GpuivfRequestSlot *slot)
+{
+    int         slotno = (int) (slot - GpuivfShmem->slots);
+    TimestampTz start = GetCurrentTimestamp();
+    volatile bool answered = true;
+
+    slot->serial = pg_atomic_fetch_add_u64(&GpuivfShmem->next_serial, 1);
+    slot->submitted_at = start;
+    CoverSlot(slotno);
+    SpinLockAcquire(&slot->mutex);
+    slot->state = GPUIVF_REQ_SUBMITTED;
+    SpinLockRelease(&slot->mutex);
+    GpuivfWakeWorker(slot->preferred_worker);
+
+    PG_TRY();
+    {
+        for (;;)
+        {
+            int         state;
+
+            SpinLockAcquire(&slot->mutex);
+            state = slot->state;
+            SpinLockRelease(&slot->mutex);
+            if (state == GPUIVF_REQ_DONE)
+                break;
+            if (state == GPUIVF_REQ_TAKEN && ReclaimIfWorkerGone(slot))
+                continue;
+            if (state == GPUIVF_REQ_SUBMITTED && GpuivfReadyWorkers() == 0)
+            {
+                WithdrawUnanswered(slot, "no gpuivf GPU worker is ready");
+                continue;
+            }
+            if (gpuivf_worker_timeout > 0 &&
+                TimestampDifferenceExceeds(start, GetCurrentTimestamp(), gpuivf_worker_timeout))
+            {
+                AbandonSlot(slot);
+                answered = false;
+                break;
+            }
+            (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 100,
+                             PG_WAIT_EXTENSION);
+            ResetLatch(MyLatch);
+            CHECK_FOR_INTERRUPTS();
+        }
+    }
+    PG_CATCH();
+    {
+        AbandonSlot(slot);
+        PG_RE_THROW();
+    }
+    PG_END_TRY();
+    return answered;
+}
+
+/* The backend has read the answer: the slot is FREE again. */
+void
+GpuivfReleaseSlot(GpuivfRequestSlot *slot)
+{
+    SpinLockAcquire(&slot->mutex);
+    if (slot->state == GPUIVF_REQ_DONE || slot->state == GPUIVF_REQ_SUBMITTED)
+        slot->state = GPUIVF_REQ_FREE;
+    SpinLockRelease(&slot->mutex);
+}
+
+/* -------------------------------------------------------- worker side */
+
+/*
+ * Take up to max SUBMITTED requests (slot numbers out); requests meant for
+ * another live worker are left to it.
+ */
+int
+GpuivfTakeRequests(int worker, int *slotnos, int max)
+{
+    GpuivfWorkerSlot *me = &GpuivfShmem->workers[worker];
+    uint32      nslots = pg_atomic_read_u32(&GpuivfShmem->max_slot);
+    TimestampTz now = 0;
+    int         n = 0;
+
+    pg_memory_barrier();
+    for (uint32 i = 0; i < nslots && n < max; i++)
+    {
+        GpuivfRequestSlot *slot = &GpuivfShmem->slots[i];
+        bool        taken = false;
+
+        if (slot->state != GPUIVF_REQ_SUBMITTED)   /* unlocked peek */
+            continue;
+        if (slot->preferred_worker >= 0 && slot->preferred_worker != worker &&
+            slot->preferred_worker < GpuivfShmem->nworkers &&
+            GpuivfShmem->workers[slot->preferred_worker].state == GPUIVF_WORKER_READY)
+            continue;
+        if (now == 0)
+            now = GetCurrentTimestamp();
+        SpinLockAcquire(&slot->mutex);
+        if (slot->state == GPUIVF_REQ_SUBMITTED)
+        {
+            slot->state = GPUIVF_REQ_TAKEN;
+            slot->taken_by = worker;
+            slot->taken_incarnation = me->incarnation;
+            slot->taken_at = now;
+            taken = true;
+        }
+        SpinLockRelease(&slot->mutex);
+        if (taken)
+            slotnos[n++] = (int) i;
+    }
+    return n;
+}
+
+/* The answer is written: DONE and wake its backend (or free it if abandoned). */
+void
+GpuivfFinishRequest(int worker, int slotno)
+{
+    GpuivfRequestSlot *slot = &GpuivfShmem->slots[slotno];
+    GpuivfWorkerSlot *me = &GpuivfShmem->workers[worker];
+
+    pg_atomic_fetch_add_u64(&me->requests, 1);
+    if (slot->result != GPUIVF_RESULT_OK)
+    {
+        if (slot->fallback_ok)
+            pg_atomic_fetch_add_u64(&me->cpu_fallbacks, 1);
+        else
+            pg_atomic_fetch_add_u64(&me->errors, 1);
+    }
+    if (slot->taken_at > slot->submitted_at)
+        pg_atomic_fetch_add_u64(&me->queue_us, (uint64) (slot->taken_at - slot->submitted_at));
+
+    SpinLockAcquire(&slot->mutex);
+    if (slot->state == GPUIVF_REQ_TAKEN && slot->taken_by == worker)
+    {
+        if (slot->abandoned)
+        {
+            slot->abandoned = false;
+            slot->state = GPUIVF_REQ_FREE;
+        }
+        else
+            slot->state = GPUIVF_REQ_DONE;
+    }
+    SpinLockRelease(&slot->mutex);
+    SetLatch(&GetPGProcByNumber(slotno)->procLatch);
+}
+
+/* A worker on its way out answers everything it holds with "gone". */
+void
+GpuivfFailTakenRequests(int worker, uint64 incarnation, const char *why)
+{
+    uint32      nslots;
+
+    if (GpuivfShmem == NULL)
+        return;
+    nslots = pg_atomic_read_u32(&GpuivfShmem->max_slot);
+    for (uint32 i = 0; i < nslots; i++)
+    {
+        GpuivfRequestSlot *slot = &GpuivfShmem->slots[i];
+        bool        mine;
+
+        SpinLockAcquire(&slot->mutex);
+        mine = slot->state == GPUIVF_REQ_TAKEN && slot->taken_by == worker &&
+            slot->taken_incarnation == incarnation;
+        SpinLockRelease(&slot->mutex);
+        if (!mine)
+            continue;
+        slot->result = GPUIVF_RESULT_WORKER_GONE;
+        slot->fallback_ok = true;
+        strlcpy(slot->message, why, sizeof(slot->message));
+        GpuivfFinishRequest(worker, (int) i);
+    }
+}

@@ -1,0 +1,249 @@
+/*
+ * gpuivfworker.h — private to the GPU worker files (gpuivfshmem.cpp,
+ * gpuivfworker.cpp, gpuivfgpuindex.cpp, gpuivfclient.cpp): the shared-memory
+ * layout of the request queue and the worker slots, and the GPU engine's
+ * function table.  Everything else sees only the "GPU worker" section of
+ * gpuivf.h.  The protocol is described in README.md ("GPU worker").
+ *
+ * The GPU engine's header (cuda/include/gpuivf_cuda.h) is a plain C header
+ * (stddef.h, stdint.h): it is included for its types only.  gpuivf.so never
+ * links the engine; the worker dlopen()s $libdir/gpuivf_gpu.so and calls it
+ * through GpuivfCudaApi, so backends and the postmaster never map CUDA.
+ */
+#ifndef GPUIVFWORKER_H
+#define GPUIVFWORKER_H
+
+#include "gpuivf.h"
+
+#include "../../cuda/include/gpuivf_cuda.h"
+
+#define GPUIVF_MAX_WORKERS          16      /* GPUs served by one cluster */
+#define GPUIVF_MAX_SHOWN_INDEXES    32      /* cached indexes listed per worker */
+#define GPUIVF_MESSAGE_LEN          256
+
+/* ------------------------------------------------------------ worker slot */
+
+typedef enum GpuivfWorkerState
+{
+    GPUIVF_WORKER_UNUSED = 0,   /* never started (or not registered) */
+    GPUIVF_WORKER_STARTING,     /* loading the engine, creating the context */
+    GPUIVF_WORKER_READY,        /* takes requests */
+    GPUIVF_WORKER_NO_GPU,       /* up, but has no usable GPU: message says why */
+    GPUIVF_WORKER_STOPPED       /* exited; the postmaster restarts it */
+} GpuivfWorkerState;
+
+/* An index a worker holds on its GPU, as gpuivf_index_info shows it. */
+typedef struct GpuivfShownIndex
+{
+    Oid         dboid;
+    Oid         relnode;        /* relfilenode */
+    Oid         indexoid;
+    uint64      generation;     /* metapage generation the copy covers */
+    int64       vectors;
+    int64       bytes;          /* device memory */
+    TimestampTz loaded_at;
+    TimestampTz last_used;
+} GpuivfShownIndex;
+
+typedef struct GpuivfWorkerSlot
+{
+    slock_t     mutex;          /* protects everything but the atomics */
+    int         state;          /* GpuivfWorkerState */
+    int         pid;
+    uint64      incarnation;    /* +1 at every start of this slot's worker */
+    int         device;         /* CUDA device ordinal */
+    Latch      *latch;          /* the worker's, set to wake it */
+    pg_atomic_uint32 idle;      /* 1 while it may sleep: submitters wake it */
+    char        device_name[128];
+    char        message[GPUIVF_MESSAGE_LEN];   /* why NO_GPU / last fatal error */
+    int64       memory_limit;   /* bytes the cache may use */
+    TimestampTz started_at;
+
+    /* statistics (gpuivf_stat); the worker adds, anyone reads */
+    pg_atomic_uint64 requests;      /* requests answered (any result) */
+    pg_atomic_uint64 queries;       /* queries searched on the GPU */
+    pg_atomic_uint64 batches;       /* engine search calls */
+    pg_atomic_uint64 max_batch;     /* most queries in one call */
+    pg_atomic_uint64 queue_us;      /* sum over requests: submit -> taken */
+    pg_atomic_uint64 gpu_us;        /* sum over batches: engine call time */
+    pg_atomic_uint64 errors;        /* requests answered with an error */
+    pg_atomic_uint64 cpu_fallbacks; /* requests handed back to the CPU */
+    pg_atomic_uint64 loads;         /* full index loads */
+    pg_atomic_uint64 refreshes;     /* incremental catch-ups */
+    pg_atomic_uint64 evictions;
+    pg_atomic_uint64 builds;        /* CREATE INDEX work done here */
+
+    /* the cache, published after every change (under mutex) */
+    int         nindexes;
+    int64       bytes_cached;
+    GpuivfShownIndex shown[GPUIVF_MAX_SHOWN_INDEXES];
+} GpuivfWorkerSlot;
+
+/* ----------------------------------------------------------- request slot */
+
+typedef enum GpuivfRequestState
+{
+    GPUIVF_REQ_FREE = 0,
+    GPUIVF_REQ_SUBMITTED,       /* filled by its backend, waiting for a worker */
+    GPUIVF_REQ_TAKEN,           /* a worker works on it; the payload is the worker's */
+    GPUIVF_REQ_DONE             /* result written; the backend reads and frees it */
+} GpuivfRequestState;
+
+typedef enum GpuivfRequestKind
+{
+    GPUIVF_KIND_SEARCH = 1,     /* batched IVF-PQ search of one index */
+    GPUIVF_KIND_TRAIN,          /* CREATE INDEX: k-means + PQ on a sample (DSM) */
+    GPUIVF_KIND_ENCODE          /* CREATE INDEX: lists + codes of a batch (DSM) */
+} GpuivfRequestKind;
+
+typedef enum GpuivfResultCode
+{
+    GPUIVF_RESULT_OK = 0,
+    GPUIVF_RESULT_ERROR,        /* raise sqlerrcode + message (CPU under auto when
+                                 * fallback_ok) */
+    GPUIVF_RESULT_WORKER_GONE   /* the worker exited before answering */
+} GpuivfResultCode;
+
+/*
+ * One slot per PGPROC (slot number = pgprocno), so a backend never competes
+ * for a slot; the payload area of each slot is gpuivf.request_buffer bytes.
+ */
+typedef struct GpuivfRequestSlot
+{
+    slock_t     mutex;          /* state, abandoned, taken_* */
+    int         state;          /* GpuivfRequestState */
+    bool        abandoned;      /* the backend left while TAKEN: worker frees it */
+    int         taken_by;       /* worker number */
+    uint64      taken_incarnation;
+    uint64      serial;         /* request number, for messages */
+    TimestampTz submitted_at;
+    TimestampTz taken_at;
+
+    /* the request (written by the backend before SUBMITTED) */
+    int         kind;           /* GpuivfRequestKind */
+    int         preferred_worker;   /* -1: any */
+    Oid         dboid;
+    Oid         indexoid;
+    RelFileNode node;
+    bool        permanent;      /* RELPERSISTENCE_PERMANENT (for ReadBuffer) */
+    bool        lsn_reliable;   /* RelationNeedsWAL: page LSNs move with changes */
+    uint64      train_id;       /* metapage as the backend saw it */
+    uint64      generation;
+    int         dims;
+    int         metric;         /* gpuivf::Metric (TRAIN / ENCODE) */
+    int         nq;
+    int         kmax;           /* result stride */
+    int         rerank;         /* candidates re-ranked exactly, 0 = none */
+    dsm_handle  dsm;            /* TRAIN / ENCODE data */
+    int64       arg[4];         /* TRAIN / ENCODE parameters */
+
+    /* the answer (written by the worker before DONE) */
+    int         result;         /* GpuivfResultCode */
+    bool        fallback_ok;    /* the CPU may answer instead (device = auto) */
+    int         sqlerrcode;
+    char        message[GPUIVF_MESSAGE_LEN];
+    char        detail[GPUIVF_MESSAGE_LEN];
+    int         batch_size;
+    double      gpu_ms;
+    double      queue_ms;
+} GpuivfRequestSlot;
+
+typedef struct GpuivfShared
+{
+    int         nworkers;       /* registered at start-up */
+    int         nslots;         /* MaxBackends */
+    Size        payload_bytes;  /* per slot */
+    pg_atomic_uint64 next_serial;
+    pg_atomic_uint32 max_slot;  /* 1 + highest slot ever submitted to */
+    pg_atomic_uint64 fallbacks_no_worker;  /* requests no worker could take */
+    GpuivfWorkerSlot workers[GPUIVF_MAX_WORKERS];
+    GpuivfRequestSlot slots[FLEXIBLE_ARRAY_MEMBER];
+} GpuivfShared;
+
+/*
+ * Search payload, in the slot's buffer: query k[nq] (int32), nprobe[nq]
+ * (int32), vectors[nq * dims] (float4); then the answer: nhits[nq] (int32),
+ * ids[nq * kmax] (uint64 heap TIDs), distances[nq * kmax] (float8).
+ */
+typedef struct GpuivfSearchLayout
+{
+    Size        k_off, nprobe_off, vec_off, nhits_off, ids_off, dist_off, total;
+} GpuivfSearchLayout;
+
+static inline GpuivfSearchLayout
+GpuivfSearchPayloadLayout(int nq, int dims, int kmax)
+{
+    GpuivfSearchLayout l;
+    Size        off = 0;
+
+    l.k_off = off;
+    off += MAXALIGN(sizeof(int32) * nq);
+    l.nprobe_off = off;
+    off += MAXALIGN(sizeof(int32) * nq);
+    l.vec_off = off;
+    off += MAXALIGN(sizeof(float4) * (Size) nq * dims);
+    l.nhits_off = off;
+    off += MAXALIGN(sizeof(int32) * nq);
+    l.ids_off = off;
+    off += MAXALIGN(sizeof(uint64) * (Size) nq * kmax);
+    l.dist_off = off;
+    off += MAXALIGN(sizeof(float8) * (Size) nq * kmax);
+    l.total = off;
+    return l;
+}
+
+/* gpuivfshmem.cpp */
+extern GpuivfShared *GpuivfShmem;
+void        GpuivfShmemRequest(void);       /* shmem_request_hook */
+void        GpuivfShmemStartup(void);       /* shmem_startup_hook */
+char       *GpuivfSlotPayload(int slotno);
+bool        GpuivfWorkerAlive(const GpuivfWorkerSlot *w, uint64 incarnation);
+int         GpuivfReadyWorkers(void);
+void        GpuivfWakeWorker(int preferred);
+/* backend side: submit the filled slot of this backend and wait for DONE;
+ * interruptible (cancel, timeout, exit leave the queue consistent) */
+GpuivfRequestSlot *GpuivfMySlot(void);
+bool        GpuivfSubmitAndWait(GpuivfRequestSlot *slot);   /* false: timed out */
+void        GpuivfReleaseSlot(GpuivfRequestSlot *slot);
+/* worker side */
+int         GpuivfTakeRequests(int worker, int *slotnos, int max);
+void        GpuivfFinishRequest(int worker, int slotno);
+void        GpuivfFailTakenRequests(int worker, uint64 incarnation, const char *why);
+
+/* gpuivfworker.cpp: the engine, loaded in the worker only */
+typedef struct GpuivfCudaApi
+{
+#define GPUIVF_CUDA_FN(name) decltype(&::name) name
+    GPUIVF_CUDA_FN(gpuivf_cuda_device_count);
+    GPUIVF_CUDA_FN(gpuivf_cuda_resources_create);
+    GPUIVF_CUDA_FN(gpuivf_cuda_resources_destroy);
+    GPUIVF_CUDA_FN(gpuivf_cuda_set_cancel_hook);
+    GPUIVF_CUDA_FN(gpuivf_cuda_get_device_info);
+    GPUIVF_CUDA_FN(gpuivf_cuda_ivfpq_train);
+    GPUIVF_CUDA_FN(gpuivf_cuda_ivfpq_encode);
+    GPUIVF_CUDA_FN(gpuivf_cuda_kmeans_default_params);
+    GPUIVF_CUDA_FN(gpuivf_cuda_index_create);
+    GPUIVF_CUDA_FN(gpuivf_cuda_index_destroy);
+    GPUIVF_CUDA_FN(gpuivf_cuda_index_add_encoded);
+    GPUIVF_CUDA_FN(gpuivf_cuda_index_remove);
+    GPUIVF_CUDA_FN(gpuivf_cuda_index_get_stats);
+    GPUIVF_CUDA_FN(gpuivf_cuda_index_search);
+#undef GPUIVF_CUDA_FN
+} GpuivfCudaApi;
+
+extern GpuivfCudaApi GpuivfCuda;            /* valid in a READY worker */
+extern gpuivf_cuda_resources *GpuivfCudaRes;
+extern int  GpuivfMyWorker;                 /* worker number, -1 elsewhere */
+
+/* A CUDA status as an ERROR; device errors also end the worker after the
+ * current batch (the context may be unusable). */
+void        GpuivfCheckCuda(const gpuivf_cuda_status &st, const char *what);
+extern bool GpuivfCudaBroken;
+
+/* gpuivfgpuindex.cpp: the GPU-resident indexes of this worker */
+void        GpuivfGpuCacheInit(void);
+void        GpuivfGpuCacheReset(void);      /* drop everything (context lost) */
+void        GpuivfServeSearchGroup(int worker, int *slotnos, int n);
+void        GpuivfServeBuild(int worker, int slotno);
+
+#endif                          /* GPUIVFWORKER_H */

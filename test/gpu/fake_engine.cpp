@@ -1,0 +1,345 @@
+/*
+ * fake_engine.cpp — a CPU stand-in for the GPU engine module (gpuivf_gpu.so),
+ * for testing the GPU worker on machines without a GPU.
+ *
+ * It implements the part of cuda/include/gpuivf_cuda.h that the worker calls,
+ * with src/core (the CPU engine the GPU engine is tested against), so the
+ * whole worker protocol — queue, batching, loading and catching up with the
+ * index pages, eviction, errors, restarts — runs in CI.  The worker loads it
+ * when gpuivf.engine_library names it (test/t/102_worker_fake_gpu.pl).
+ * Build: `make fake-gpu-engine` (build/gpuivf_fake_gpu.so).
+ *
+ * Test hooks (environment of the postmaster, inherited by the worker):
+ *   GPUIVF_FAKE_DELAY_FILE=path  while path exists, every search first sleeps
+ *                                the milliseconds written in it (a busy GPU)
+ *   GPUIVF_FAKE_FAIL_FILE=path   when path exists, the next search fails with
+ *                                a device error and the file is removed
+ *   GPUIVF_FAKE_MEMORY_MB=n      "device memory" reported (default 1024)
+ */
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <unistd.h>
+#include <unordered_map>
+#include <vector>
+
+#include "gpuivf_core.h"
+#include "gpuivf_cuda.h"
+
+using gpuivf::Metric;
+
+struct gpuivf_cuda_resources {
+    int device = 0;
+    gpuivf_cuda_cancel_fn cancel = nullptr;
+    void *cancel_arg = nullptr;
+};
+
+struct FakeList {
+    std::vector<uint8_t> codes;
+    std::vector<uint64_t> ids;
+    std::vector<float> vectors;
+};
+
+struct gpuivf_cuda_index {
+    Metric metric = Metric::L2;
+    int d = 0, nlist = 0, m = 0, nbits = 8, code_size = 0;
+    bool store_vectors = false;
+    std::vector<float> centroids, norms, codebook;
+    std::vector<FakeList> lists;
+    std::unordered_map<uint64_t, std::pair<int, size_t>> where;  /* id -> (list, position) */
+    int64_t count = 0;
+    gpuivf::IvfPqModel model() const {
+        gpuivf::IvfPqModel mm;
+        mm.metric = metric;
+        mm.d = d;
+        mm.nlist = nlist;
+        mm.m = m;
+        mm.nbits = nbits;
+        mm.centroids = centroids.data();
+        mm.centroid_norms = norms.data();
+        mm.codebook = codebook.data();
+        return mm;
+    }
+};
+
+static gpuivf_cuda_status make_status(int code, const char *fmt, ...) {
+    gpuivf_cuda_status s;
+    s.code = code;
+    s.message[0] = '\0';
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(s.message, sizeof(s.message), fmt, ap);
+        va_end(ap);
+    }
+    return s;
+}
+static gpuivf_cuda_status ok() { return make_status(GPUIVF_CUDA_OK, nullptr); }
+static gpuivf_cuda_status from_core(const gpuivf::Status &st) {
+    return gpuivf::ok(st) ? ok() : make_status(st.code, "%s", st.message);
+}
+
+static bool cancel_now(gpuivf_cuda_resources *res) { return res->cancel && res->cancel(res->cancel_arg); }
+static bool core_cancel(void *arg) { return cancel_now(static_cast<gpuivf_cuda_resources *>(arg)); }
+
+extern "C" {
+
+gpuivf_cuda_status gpuivf_cuda_device_count(int32_t *count) noexcept {
+    *count = 1;
+    return ok();
+}
+
+gpuivf_cuda_status gpuivf_cuda_resources_create(int32_t device, int64_t, gpuivf_cuda_resources **out) noexcept {
+    if (device != 0) return make_status(GPUIVF_CUDA_NO_DEVICE, "fake engine has device 0 only");
+    gpuivf::init_blas_single_threaded();
+    *out = new (std::nothrow) gpuivf_cuda_resources();
+    return *out ? ok() : make_status(GPUIVF_CUDA_OUT_OF_MEMORY, "out of host memory");
+}
+
+gpuivf_cuda_status gpuivf_cuda_resources_destroy(gpuivf_cuda_resources *res) noexcept {
+    delete res;
+    return ok();
+}
+
+gpuivf_cuda_status gpuivf_cuda_set_cancel_hook(gpuivf_cuda_resources *res, gpuivf_cuda_cancel_fn fn,
+                                               void *arg) noexcept {
+    res->cancel = fn;
+    res->cancel_arg = arg;
+    return ok();
+}
+
+gpuivf_cuda_status gpuivf_cuda_get_device_info(gpuivf_cuda_resources *, gpuivf_cuda_device_info *out) noexcept {
+    const char *mb = getenv("GPUIVF_FAKE_MEMORY_MB");
+    int64_t bytes = (mb ? atoll(mb) : 1024) << 20;
+    memset(out, 0, sizeof(*out));
+    snprintf(out->name, sizeof(out->name), "fake GPU (CPU engine)");
+    out->compute_major = 9;
+    out->total_memory = bytes;
+    out->free_memory = bytes;
+    return ok();
+}
+
+gpuivf_cuda_kmeans_params gpuivf_cuda_kmeans_default_params(void) noexcept {
+    gpuivf_cuda_kmeans_params p;
+    p.niter = 20;
+    p.seed = 1234;
+    p.max_points_per_centroid = 256;
+    return p;
+}
+
+gpuivf_cuda_status gpuivf_cuda_ivfpq_train(gpuivf_cuda_resources *res, int32_t metric, const float *x, int64_t n,
+                                           int32_t d, int32_t nlist, int32_t m, int32_t nbits,
+                                           const gpuivf_cuda_kmeans_params *params, float *centroids,
+                                           float *codebook) noexcept {
+    try {
+        std::vector<float> prep(static_cast<size_t>(n) * d), norms(nlist);
+        std::vector<int32_t> labels(n);
+        for (int64_t i = 0; i < n; i++)
+            gpuivf::prepare_vector(static_cast<Metric>(metric), x + i * d, prep.data() + i * d, d);
+        gpuivf::KMeansParams kp = gpuivf::kmeans_default_params();
+        kp.seed = params ? params->seed : 1234;
+        gpuivf::CancelHook hook{core_cancel, res};
+        gpuivf::Status st = gpuivf::kmeans_train(prep.data(), n, d, nlist, kp, centroids, &hook);
+        if (!gpuivf::ok(st)) return from_core(st);
+        gpuivf::row_norms(centroids, nlist, d, norms.data());
+        st = gpuivf::assign_nearest(centroids, norms.data(), nlist, d, prep.data(), n, labels.data(), nullptr, &hook);
+        if (!gpuivf::ok(st)) return from_core(st);
+        for (int64_t i = 0; i < n; i++)
+            for (int j = 0; j < d; j++) prep[i * d + j] -= centroids[static_cast<int64_t>(labels[i]) * d + j];
+        return from_core(gpuivf::pq_train(prep.data(), n, d, m, nbits, kp.seed, codebook, &hook));
+    } catch (...) {
+        return make_status(GPUIVF_CUDA_OUT_OF_MEMORY, "out of host memory");
+    }
+}
+
+gpuivf_cuda_status gpuivf_cuda_ivfpq_encode(gpuivf_cuda_resources *res, const gpuivf_cuda_model *model,
+                                            const float *x, int64_t n, int32_t *lists, uint8_t *codes) noexcept {
+    try {
+        int d = model->d;
+        std::vector<float> prep(static_cast<size_t>(n) * d), norms(model->nlist);
+        for (int64_t i = 0; i < n; i++)
+            gpuivf::prepare_vector(static_cast<Metric>(model->metric), x + i * d, prep.data() + i * d, d);
+        gpuivf::row_norms(model->centroids, model->nlist, d, norms.data());
+        gpuivf::IvfPqModel mm{static_cast<Metric>(model->metric), d, model->nlist, model->m, model->nbits,
+                              model->centroids, norms.data(), model->codebook};
+        gpuivf::CancelHook hook{core_cancel, res};
+        return from_core(gpuivf::ivfpq_encode(mm, prep.data(), n, lists, codes, &hook));
+    } catch (...) {
+        return make_status(GPUIVF_CUDA_OUT_OF_MEMORY, "out of host memory");
+    }
+}
+
+gpuivf_cuda_status gpuivf_cuda_index_create(gpuivf_cuda_resources *, const gpuivf_cuda_model *model,
+                                            int32_t store_vectors, gpuivf_cuda_index **out) noexcept {
+    try {
+        auto *ix = new gpuivf_cuda_index();
+        ix->metric = static_cast<Metric>(model->metric);
+        ix->d = model->d;
+        ix->nlist = model->nlist;
+        ix->m = model->m;
+        ix->nbits = model->nbits;
+        ix->code_size = gpuivf::pq_code_size(model->m, model->nbits);
+        ix->store_vectors = store_vectors != 0;
+        ix->centroids.assign(model->centroids, model->centroids + static_cast<size_t>(model->nlist) * model->d);
+        ix->norms.resize(model->nlist);
+        gpuivf::row_norms(ix->centroids.data(), model->nlist, model->d, ix->norms.data());
+        size_t cb = static_cast<size_t>(model->m) * (1u << model->nbits) * (model->d / model->m);
+        ix->codebook.assign(model->codebook, model->codebook + cb);
+        ix->lists.resize(model->nlist);
+        *out = ix;
+        return ok();
+    } catch (...) {
+        return make_status(GPUIVF_CUDA_OUT_OF_MEMORY, "out of host memory");
+    }
+}
+
+gpuivf_cuda_status gpuivf_cuda_index_destroy(gpuivf_cuda_index *index) noexcept {
+    delete index;
+    return ok();
+}
+
+gpuivf_cuda_status gpuivf_cuda_index_add_encoded(gpuivf_cuda_resources *, gpuivf_cuda_index *ix, int64_t n,
+                                                 const int32_t *lists, const uint8_t *codes, const uint64_t *ids,
+                                                 const float *vectors) noexcept {
+    try {
+        for (int64_t i = 0; i < n; i++) {
+            if (lists[i] < 0 || lists[i] >= ix->nlist)
+                return make_status(GPUIVF_CUDA_INVALID_ARGUMENT, "list %d out of range", lists[i]);
+            FakeList &l = ix->lists[lists[i]];
+            l.codes.insert(l.codes.end(), codes + i * ix->code_size, codes + (i + 1) * ix->code_size);
+            ix->where[ids[i]] = {lists[i], l.ids.size()};
+            l.ids.push_back(ids[i]);
+            if (ix->store_vectors) l.vectors.insert(l.vectors.end(), vectors + i * ix->d, vectors + (i + 1) * ix->d);
+        }
+        ix->count += n;
+        return ok();
+    } catch (...) {
+        return make_status(GPUIVF_CUDA_OUT_OF_MEMORY, "out of host memory");
+    }
+}
+
+gpuivf_cuda_status gpuivf_cuda_index_add(gpuivf_cuda_resources *, gpuivf_cuda_index *, int64_t, const float *,
+                                         const uint64_t *) noexcept {
+    return make_status(GPUIVF_CUDA_INVALID_ARGUMENT, "fake engine: index_add is not implemented");
+}
+
+gpuivf_cuda_status gpuivf_cuda_index_remove(gpuivf_cuda_resources *, gpuivf_cuda_index *ix, int64_t n,
+                                            const uint64_t *ids, int64_t *removed) noexcept {
+    try {
+        std::vector<uint64_t> drop(ids, ids + n);
+        std::sort(drop.begin(), drop.end());
+        int64_t count = 0;
+        for (FakeList &l : ix->lists) {
+            size_t w = 0;
+            for (size_t r = 0; r < l.ids.size(); r++) {
+                if (std::binary_search(drop.begin(), drop.end(), l.ids[r])) {
+                    count++;
+                    continue;
+                }
+                if (w != r) {
+                    l.ids[w] = l.ids[r];
+                    memmove(&l.codes[w * ix->code_size], &l.codes[r * ix->code_size], ix->code_size);
+                    if (ix->store_vectors) memmove(&l.vectors[w * ix->d], &l.vectors[r * ix->d], sizeof(float) * ix->d);
+                }
+                w++;
+            }
+            l.ids.resize(w);
+            l.codes.resize(w * ix->code_size);
+            if (ix->store_vectors) l.vectors.resize(w * ix->d);
+        }
+        ix->count -= count;
+        ix->where.clear();
+        for (int li = 0; li < ix->nlist; li++)
+            for (size_t i = 0; i < ix->lists[li].ids.size(); i++) ix->where[ix->lists[li].ids[i]] = {li, i};
+        if (removed) *removed = count;
+        return ok();
+    } catch (...) {
+        return make_status(GPUIVF_CUDA_OUT_OF_MEMORY, "out of host memory");
+    }
+}
+
+gpuivf_cuda_status gpuivf_cuda_index_get_stats(gpuivf_cuda_index *ix, gpuivf_cuda_index_stats *out) noexcept {
+    memset(out, 0, sizeof(*out));
+    out->vectors = ix->count;
+    out->nlist = ix->nlist;
+    out->code_size = ix->code_size;
+    int64_t per = ix->code_size + 8 + (ix->store_vectors ? 4 * ix->d : 0);
+    out->device_bytes = ix->count * per + static_cast<int64_t>(ix->centroids.size() + ix->codebook.size()) * 4;
+    return ok();
+}
+
+gpuivf_cuda_status gpuivf_cuda_index_search(gpuivf_cuda_resources *, gpuivf_cuda_index *ix, const float *queries,
+                                            int64_t nq, const gpuivf_cuda_search_params *p, double *out_distances,
+                                            uint64_t *out_ids) noexcept {
+    const char *fail = getenv("GPUIVF_FAKE_FAIL_FILE");
+    const char *delay_file = getenv("GPUIVF_FAKE_DELAY_FILE");
+    if (fail && access(fail, F_OK) == 0) {
+        unlink(fail);
+        return make_status(GPUIVF_CUDA_DEVICE_ERROR, "an illegal memory access was encountered (fake)");
+    }
+    if (delay_file) {
+        FILE *f = fopen(delay_file, "r");
+        int ms = 0;
+        if (f) {
+            if (fscanf(f, "%d", &ms) != 1) ms = 0;
+            fclose(f);
+        }
+        if (ms > 0) usleep(static_cast<useconds_t>(ms) * 1000);
+    }
+    if (p->k < 1 || p->k > GPUIVF_CUDA_MAX_K || p->rerank_candidates > GPUIVF_CUDA_MAX_K)
+        return make_status(GPUIVF_CUDA_INVALID_ARGUMENT, "k %d or candidates %d out of range", p->k,
+                           p->rerank_candidates);
+    try {
+        gpuivf::IvfPqModel mm = ix->model();
+        int d = ix->d;
+        std::vector<float> qp(d), lut(gpuivf::ivfpq_lut_size(mm));
+        const auto &where = ix->where;
+        for (int64_t q = 0; q < nq; q++) {
+            int k = p->query_k ? p->query_k[q] : p->k;
+            int np = std::min(p->query_nprobe ? p->query_nprobe[q] : p->nprobe, ix->nlist);
+            int r = p->rerank_candidates > 0 ? std::max(p->rerank_candidates, k) : k;
+            const float *raw = queries + q * d;
+            gpuivf::prepare_vector(ix->metric, raw, qp.data(), d);
+            std::vector<int32_t> probe(np);
+            std::vector<float> pscore(np), vals(r);
+            std::vector<uint64_t> ids(r);
+            gpuivf::ivfpq_probe_lists(mm, qp.data(), np, probe.data(), pscore.data());
+            gpuivf::TopK topk;
+            gpuivf::topk_init(&topk, vals.data(), ids.data(), r);
+            for (int j = 0; j < np; j++) {
+                if (probe[j] < 0) continue;
+                const FakeList &l = ix->lists[probe[j]];
+                float bias;
+                gpuivf::ivfpq_build_lut(mm, qp.data(), probe[j], lut.data(), &bias);
+                gpuivf::ivfpq_adc_scan(mm, lut.data(), bias, l.codes.data(), l.ids.data(),
+                                       static_cast<int64_t>(l.ids.size()), &topk);
+            }
+            gpuivf::topk_sort(&topk);
+            std::vector<std::pair<double, uint64_t>> res;
+            for (int j = 0; j < topk.size; j++) {
+                if (p->rerank_candidates > 0) {
+                    auto it = where.find(topk.ids[j]);
+                    const FakeList &l = ix->lists[it->second.first];
+                    res.push_back({gpuivf::metric_distance(ix->metric, raw, &l.vectors[it->second.second * d], d),
+                                   topk.ids[j]});
+                } else {
+                    res.push_back({gpuivf::ivfpq_score_to_distance(ix->metric, topk.vals[j]), topk.ids[j]});
+                }
+            }
+            std::sort(res.begin(), res.end());
+            for (int j = 0; j < p->k; j++) {
+                bool have = j < k && j < static_cast<int>(res.size());
+                out_distances[q * p->k + j] = have ? res[j].first : __builtin_inf();
+                out_ids[q * p->k + j] = have ? res[j].second : UINT64_MAX;
+            }
+        }
+        return ok();
+    } catch (...) {
+        return make_status(GPUIVF_CUDA_OUT_OF_MEMORY, "out of host memory");
+    }
+}
+
+}  // extern "C"

@@ -1,0 +1,234 @@
+
+# The GPU worker protocol, end to end, on a machine without a GPU: the worker
+# loads a CPU stand-in of the GPU engine (test/gpu/fake_engine.cpp, the same
+# C interface implemented with src/core) instead of gpuivf_gpu.so, so that
+# everything around the GPU runs here:
+#  - CREATE INDEX trains and encodes through the worker, the index verifies;
+#  - scans answered by the worker equal the CPU's (ids and distances);
+#  - a committed insert is found by the next query (the GPU copy catches up),
+#    also after DELETE + VACUUM + inserts that reuse space;
+#  - concurrent clients are batched (mean batch size > 1) while "the GPU" is busy;
+#  - cancel (statement_timeout) and terminate while waiting leave the queue
+#    usable;
+#  - an engine device error: the query is answered on the CPU under auto,
+#    fails clearly under gpu, and the worker restarts;
+#  - a GPU memory limit too small for the index: clear error / CPU answer;
+#  - kill -9 of the worker: the cluster restarts and answers again.
+
+use strict;
+use warnings;
+
+use Cwd qw(abs_path);
+use File::Basename qw(dirname);
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+use GpuivfTest;
+
+my $root = abs_path(dirname(__FILE__) . '/../..');
+my $fake = "$root/build/gpuivf_fake_gpu.so";
+system("make -s -C '$root' fake-gpu-engine >/dev/null 2>&1") unless -f $fake;
+plan skip_all => "the fake GPU engine ($fake) could not be built" unless -f $fake;
+
+my $tmp = PostgreSQL::Test::Utils::tempdir('gpuivf_fake');
+my $delay_file = "$tmp/delay_ms";
+my $fail_file = "$tmp/fail";
+local $ENV{GPUIVF_FAKE_DELAY_FILE} = $delay_file;
+local $ENV{GPUIVF_FAKE_FAIL_FILE} = $fail_file;
+
+my $node = gpuivf_node('worker_fake', conf => qq(
+shared_preload_libraries = 'gpuivf'
+gpuivf.engine_library = '$fake'
+log_min_messages = log
+restart_after_crash = on
+max_connections = 40
+jit = off
+));
+
+sub poll_until
+{
+	my ($sql, $expected) = @_;
+	my $got = '';
+	for (1 .. 300)
+	{
+		$got = $node->safe_psql('postgres', $sql);
+		return $got if $got eq $expected;
+		usleep(100_000);
+	}
+	return $got;
+}
+
+sub stat_value
+{
+	my ($col) = @_;
+	return $node->safe_psql('postgres', "SELECT $col FROM gpuivf_stat WHERE worker = 0");
+}
+
+sub set_delay
+{
+	my ($ms) = @_;
+	if ($ms) { PostgreSQL::Test::Utils::append_to_file($delay_file . '.new', $ms); rename("$delay_file.new", $delay_file); }
+	else { unlink $delay_file; }
+}
+
+is(poll_until("SELECT state FROM gpuivf_stat WHERE worker = 0", 'ready'),
+	'ready', 'the worker is ready with the stand-in engine');
+like(stat_value('device_name'), qr/fake GPU/, 'gpuivf_stat names the device');
+
+# ------------------------------------------------------------ build
+$node->safe_psql('postgres', q{
+	SELECT setseed(0.5);
+	CREATE TABLE items (id int, v real[]);
+	INSERT INTO items
+	SELECT i, ARRAY(SELECT ((i % 23) * 0.2 + random())::real FROM generate_series(1, 16) WHERE i > 0)
+	FROM generate_series(1, 5000) i;
+	CREATE INDEX items_v ON items USING gpuivf (v) WITH (lists = 32);
+});
+cmp_ok(stat_value('builds'), '>=', 2, 'CREATE INDEX trained and encoded on the worker');
+$node->safe_psql('postgres', q{SELECT gpuivf_verify('items_v', true)});
+pass('the index the worker built verifies (heapallindexed)');
+
+# ------------------------------------------------- GPU answers = CPU
+my @ids = (1, 100, 999, 2500, 4999, 3333, 42, 4242);
+my @vecs = map { $node->safe_psql('postgres', "SELECT v FROM items WHERE id = $_") } @ids;
+my $knn = 'SET gpuivf.probes = 6; SET enable_seqscan = off;';
+sub answers
+{
+	my ($device, $k) = @_;
+	$k //= 10;
+	my $sql = "SET gpuivf.device = $device; $knn\n";
+	$sql .=
+	  "SELECT string_agg(id || ':' || d, ',') FROM (SELECT id, v <-> '$_' AS d FROM items "
+	  . "ORDER BY v <-> '$_' LIMIT $k) r;\n"
+	  for @vecs;
+	return $node->safe_psql('postgres', $sql);
+}
+my $before = stat_value('queries');
+my $gpu = answers('gpu');
+cmp_ok(stat_value('queries'), '>=', $before + scalar(@ids), 'the worker searched every query');
+is($gpu, answers('cpu'), 'GPU-worker answers equal the CPU answers (ids and distances)');
+is($node->safe_psql('postgres', "SELECT gpuivf_index_info('items_v') -> 'gpu_cache' -> 0 ->> 'worker'"),
+	'0', 'gpuivf_index_info says worker 0 holds the index');
+
+# ------------------------------------------------------ never stale
+# the query vector of the rest: row 4242's, which a new row -1 copies
+my $q = "'$vecs[7]'";
+$node->safe_psql('postgres', "INSERT INTO items SELECT -1, v FROM items WHERE id = 4242");
+$before = stat_value('queries');
+is( $node->safe_psql('postgres',
+		"SET gpuivf.device = gpu; $knn"
+		  . " SELECT string_agg(id::text, ',' ORDER BY id) FROM (SELECT id FROM items ORDER BY v <-> $q LIMIT 2) s"),
+	'-1,4242',
+	'a committed insert is found by the next query on the GPU');
+cmp_ok(stat_value('queries'), '>', $before, 'that query was answered by the worker');
+cmp_ok(stat_value('refreshes'), '>=', 1, 'the GPU copy caught up incrementally');
+
+$node->safe_psql('postgres', q{
+	DELETE FROM items WHERE id % 3 = 0;
+	VACUUM items;
+	INSERT INTO items
+	SELECT 10000 + i, ARRAY(SELECT ((i % 23) * 0.2 + random())::real FROM generate_series(1, 16) WHERE i > 0)
+	FROM generate_series(1, 1500) i;
+});
+$gpu = answers('gpu');
+is($gpu, answers('cpu'), 'after DELETE, VACUUM and inserts the GPU still answers like the CPU');
+unlike($gpu, qr/(^|,)(3|6|999|2499|4242):/, 'deleted rows are not returned');
+
+# ---------------------------------------------------------- batching
+set_delay(20);
+my ($q0, $b0) = split /\|/, $node->safe_psql('postgres', 'SELECT queries, batches FROM gpuivf_stat');
+my $bench = start_pgbench(
+	$node, '-c 8 -j 4 -T 3',
+	{ knn => q{\set id random(1, 5000)
+SET gpuivf.device = gpu;
+SET gpuivf.probes = 6;
+SET enable_seqscan = off;
+SELECT id FROM items ORDER BY v <-> (SELECT v FROM items WHERE id = :id LIMIT 1) LIMIT 5;
+} });
+my ($rc, $out, $err) = finish_pgbench($bench);
+is($rc, 0, 'pgbench with 8 clients on the GPU worker succeeds') or diag $err;
+set_delay(0);
+my ($q1, $b1) = split /\|/, $node->safe_psql('postgres', 'SELECT queries, batches FROM gpuivf_stat');
+my $mean = ($b1 > $b0) ? ($q1 - $q0) / ($b1 - $b0) : 0;
+cmp_ok($mean, '>', 1.5, sprintf('8 concurrent clients are batched (mean batch size %.2f)', $mean));
+note 'gpuivf_stat: ' . $node->safe_psql('postgres',
+	'SELECT requests, queries, batches, round(mean_batch_size::numeric, 2), max_batch_size, round(mean_queue_wait_ms::numeric, 3) FROM gpuivf_stat');
+
+# ------------------------------------------------- cancel / terminate
+set_delay(3000);
+($rc, $out, $err) = $node->psql('postgres',
+	"SET statement_timeout = '300ms'; SET gpuivf.device = gpu; $knn SELECT id FROM items ORDER BY v <-> $q LIMIT 1");
+like($err, qr/statement timeout/, 'statement_timeout cancels a query waiting for the worker');
+
+my $bg = $node->background_psql('postgres', on_error_stop => 0);
+$bg->query_until(qr/started/, "\\echo started\nSET gpuivf.device = gpu; $knn SELECT /* waiter */ id FROM items ORDER BY v <-> $q LIMIT 1;\n");
+usleep(500_000);
+is($node->safe_psql('postgres',
+	"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%/* waiter */%' AND pid <> pg_backend_pid()"),
+	't', 'a backend waiting for the worker is terminated');
+eval { $bg->quit; };
+set_delay(0);
+is( $node->safe_psql('postgres',
+		"SET gpuivf.device = gpu; $knn SELECT count(*) FROM (SELECT id FROM items ORDER BY v <-> $q LIMIT 7) s"),
+	'7', 'afterwards the worker answers again');
+
+# ------------------------------------------------------ device error
+my $pid = stat_value('pid');
+PostgreSQL::Test::Utils::append_to_file($fail_file, 'x');
+my $fallbacks = stat_value('cpu_fallbacks');
+is( $node->safe_psql('postgres',
+		"SET gpuivf.device = auto; $knn SELECT id FROM items ORDER BY v <-> $q LIMIT 1"),
+	'-1',
+	'a device error under auto: the CPU answers');
+my $newpid = '';
+for (1 .. 150)
+{
+	$newpid = $node->safe_psql('postgres', "SELECT pid FROM gpuivf_stat WHERE state = 'ready' AND pid <> $pid");
+	last if $newpid ne '';
+	usleep(100_000);
+}
+isnt($newpid, '', 'the worker restarts after a device error');
+ok($node->log_contains('restarts after a CUDA error'), 'and says why in the log');
+
+PostgreSQL::Test::Utils::append_to_file($fail_file, 'x');
+($rc, $out, $err) = $node->psql('postgres',
+	"SET gpuivf.device = gpu; $knn SELECT id FROM items ORDER BY v <-> $q LIMIT 1");
+like($err, qr/gpuivf GPU worker could not search index "items_v"/, 'a device error under gpu is a clear ERROR');
+poll_until("SELECT state FROM gpuivf_stat WHERE worker = 0 AND pid <> $newpid", 'ready');
+
+# ------------------------------------------------------ memory limit
+$node->safe_psql('postgres', "ALTER SYSTEM SET gpuivf.gpu_memory_limit = '100kB'; SELECT pg_reload_conf()");
+sleep 1;
+($rc, $out, $err) = $node->psql('postgres',
+	"SET gpuivf.device = gpu; $knn SELECT id FROM items ORDER BY v <-> $q LIMIT 1");
+like($err, qr/needs about \d+ MB of GPU memory/, 'an index above gpuivf.gpu_memory_limit: clear error under gpu');
+is( $node->safe_psql('postgres',
+		"$knn SELECT id FROM items ORDER BY v <-> $q LIMIT 1"),
+	'-1', 'and the CPU answers under auto');
+$node->safe_psql('postgres', "ALTER SYSTEM RESET gpuivf.gpu_memory_limit; SELECT pg_reload_conf()");
+sleep 1;
+
+# ---------------------------------------------------------- kill -9
+$pid = stat_value('pid');
+set_delay(2000);
+$bg = $node->background_psql('postgres', on_error_stop => 0);
+$bg->query_until(qr/started/, "\\echo started\nSET gpuivf.device = gpu; $knn SELECT id FROM items ORDER BY v <-> $q LIMIT 1;\n");
+usleep(500_000);
+kill 'KILL', $pid;
+eval { $bg->quit; };
+set_delay(0);
+my $up = '';
+for (1 .. 300)
+{
+	$up = $node->psql('postgres', "SELECT state FROM gpuivf_stat WHERE worker = 0 AND pid <> $pid", stdout => \$out) == 0 ? $out : '';
+	last if $up eq 'ready';
+	usleep(100_000);
+}
+is($up, 'ready', 'after kill -9 of the worker the cluster restarts with a new worker');
+is( $node->safe_psql('postgres',
+		"SET gpuivf.device = gpu; $knn SELECT id FROM items ORDER BY v <-> $q LIMIT 1"),
+	'-1', 'and the GPU worker answers again');
+
+$node->stop;
+done_testing();
