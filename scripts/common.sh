@@ -57,17 +57,21 @@ as_pg() {
 	fi
 }
 
-# CMake (engine, unit tests, tools) and PGXS (the extension), then install.
+# build_and_install [TREE [RUNNER...]]: CMake (engine, unit tests, tools) and
+# PGXS (the extension) in TREE (default: the checkout), each build command
+# run through RUNNER (e.g. as_pg), then `make install` as the current user.
 build_and_install() {
+	local tree=${1:-$REPO}
+	shift || true
 	export PATH="$PG_BIN:$PATH"
 	say "building the engine, unit tests and tools (CMake)"
-	cmake -S "$REPO" -B "$REPO/build" -DCMAKE_BUILD_TYPE=Release >/dev/null || return 1
-	cmake --build "$REPO/build" -j "$JOBS" || return 1
+	"$@" cmake -S "$tree" -B "$tree/build" -DCMAKE_BUILD_TYPE=Release >/dev/null || return 1
+	"$@" cmake --build "$tree/build" -j "$JOBS" || return 1
 	say "building the extension (PGXS)"
-	make -C "$REPO" -j "$JOBS" PG_CONFIG="$PG_BIN/pg_config" || return 1
+	"$@" make -C "$tree" -j "$JOBS" PG_CONFIG="$PG_BIN/pg_config" || return 1
 	say "installing the extension"
 	if is_root || [ -w "$("$PG_BIN/pg_config" --pkglibdir)" ]; then
-		make -C "$REPO" install PG_CONFIG="$PG_BIN/pg_config" >/dev/null || return 1
+		make -C "$tree" install PG_CONFIG="$PG_BIN/pg_config" >/dev/null || return 1
 	else
 		die "make install needs root (or write access to $("$PG_BIN/pg_config" --pkglibdir))"
 	fi

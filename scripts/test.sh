@@ -45,10 +45,29 @@ started=$SECONDS
 say "Debian packages"
 ensure_packages
 
-if ! build_and_install; then
+# As root, everything is built and tested in a copy of the tree owned by the
+# unprivileged user (PostgreSQL refuses root, and tests write into the tree
+# and may build helpers there); only `make install` runs as root.  The
+# checkout itself stays untouched.
+WORK=$(make_pg_dir)
+if is_root; then
+	say "copying the tree for $(pg_user)"
+	TREE=$WORK/gpuivf
+	mkdir -p "$TREE"
+	tar -C "$REPO" --exclude=./.git --exclude=./build --exclude=./tmp_check --exclude=./results \
+		--exclude='*.o' --exclude='*.so' -cf - . | tar -C "$TREE" -xf -
+	chown -R "$(pg_user)" "$WORK"
+	RUN=(as_pg)
+else
+	TREE=$REPO
+	RUN=()
+fi
+
+if ! build_and_install "$TREE" "${RUN[@]}"; then
 	record build 0 1 0
 	finish
 fi
+is_root && chown -R "$(pg_user)" "$TREE"
 
 DATA_DIR=$(shared_data_dir)
 if [ -n "$DATA_DIR" ] && [ -d "$DATA_DIR" ]; then
@@ -60,9 +79,9 @@ fi
 
 # ---------------------------------------------------------------- unit tests
 say "unit tests (ctest)"
-WORK=$(make_pg_dir)
 JUNIT=$WORK/ctest.xml
-(cd "$REPO/build" && ctest --output-on-failure -j "$JOBS" --output-junit "$JUNIT")
+(cd "$TREE/build" && "${RUN[@]}" env ${GPUIVF_DATA_DIR:+GPUIVF_DATA_DIR="$GPUIVF_DATA_DIR"} \
+	ctest --output-on-failure -j "$JOBS" --output-junit "$JUNIT")
 if [ -f "$JUNIT" ]; then
 	attr() { perl -0ne 'print $1 if /<testsuite\b[^>]*?\s'"$1"'="(\d+)"/' "$JUNIT"; }
 	total=$(attr tests); failures=$(attr failures); skipped=$(attr skipped); disabled=$(attr disabled)
@@ -74,18 +93,6 @@ if [ -f "$JUNIT" ]; then
 		| sed 's/<testcase name="\([^"]*\)".*/  skipped: \1/' || true
 else
 	record ctest 0 1 0
-fi
-
-# The tests run as an unprivileged user that needs to write into the tree
-# (pg_regress results, TAP tmp_check): give it its own copy.
-if is_root; then
-	say "copying the tree for $(pg_user)"
-	TREE=$WORK/gpuivf
-	mkdir -p "$TREE"
-	tar -C "$REPO" --exclude=./.git --exclude=./tmp_check --exclude=./results -cf - . | tar -C "$TREE" -xf -
-	chown -R "$(pg_user)" "$WORK"
-else
-	TREE=$REPO
 fi
 
 # ------------------------------------------------------------------ pg_regress

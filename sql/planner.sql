@@ -7,6 +7,9 @@ CREATE EXTENSION IF NOT EXISTS gpuivf;
 RESET client_min_messages;
 SET max_parallel_workers_per_gather = 0;
 SET jit = off;
+-- printed rows and EXPLAIN fields are the CPU engine's; section 7 repeats
+-- the equality checks on the configured device (the GPU worker when one runs)
+SET gpuivf.device = cpu;
 
 -- 20000 rows in 16 dimensions around 50 centres (id % 50); cat, a hash of
 -- id in 0..99, gives filters of known selectivity that do not follow the
@@ -222,5 +225,10 @@ SET force_parallel_mode = regress;
 SELECT pg_temp.knn_join('<->', 'q.k', true) = pg_temp.knn_join('<->', 'q.k', false) AS same_in_worker;
 SELECT count(*) FROM (SELECT id FROM pl_items ORDER BY v <-> '{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16}' LIMIT 10) s;
 RESET force_parallel_mode;
+
+-- 7. on the configured device: batched join = nested loop ------------------
+RESET gpuivf.device;
+SELECT op, pg_temp.knn_join(op, 'q.k', true) = pg_temp.knn_join(op, 'q.k', false) AS same
+FROM (VALUES ('<->'), ('<#>'), ('<=>')) o(op) ORDER BY 1;
 
 DROP TABLE pl_items, pl_queries, pl_tiny, pl_join_batched, pl_join_plain;

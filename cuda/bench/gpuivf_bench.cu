@@ -224,10 +224,11 @@ void dump(const std::string &path, const T *dev_or_host, size_t count, bool devi
 
 int main(int argc, char **argv) {
     std::string out = ".";
-    bool quick = false;
+    bool quick = false, select_only = false;
     for (int i = 1; i < argc; i++) {
         if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         if (!std::strcmp(argv[i], "--quick")) quick = true;
+        if (!std::strcmp(argv[i], "--select-only")) select_only = true;
     }
     int32_t ndev = 0;
     CHECK_GPU(gpuivf_cuda_device_count(&ndev));
@@ -283,6 +284,11 @@ int main(int argc, char **argv) {
         cudaFree(x);
         cudaFree(vals);
         cudaFree(ids);
+    }
+
+    if (select_only) {
+        CHECK_GPU(gpuivf_cuda_resources_destroy(res));
+        return 0;
     }
 
     /* ----------------------------------------------------------- knn */
@@ -412,6 +418,19 @@ int main(int argc, char **argv) {
             R.add(std::string(v.name) + "_ms", ms);
             R.add(std::string(v.name) + "_QPS", v.batch / ms * 1000.0);
             if (v.batch == nq) R.add(std::string(v.name) + "_recall10", recall());
+        }
+
+        /* Where the search time goes: the coarse quantizer alone. */
+        {
+            float *cs;
+            uint64_t *ci;
+            CHECK_CUDA(cudaMalloc(&cs, sizeof(float) * nq * nprobe));
+            CHECK_CUDA(cudaMalloc(&ci, sizeof(uint64_t) * nq * nprobe));
+            R.add("ivf_coarse_only_ms", median_ms(reps, [&] {
+                      CHECK_GPU(gpuivf_cuda_exact_knn(res, 1, cent, nlist, q, nq, d, nprobe, 0, cs, ci));
+                  }));
+            cudaFree(cs);
+            cudaFree(ci);
         }
 
         /* For the PyTorch baseline. */

@@ -56,9 +56,14 @@ void resources_init(Resources &res, int device, int64_t temp_bytes) {
     res.smem_optin = prop.sharedMemPerBlockOptin;
     res.cc_major = prop.major;
     res.cc_minor = prop.minor;
-    std::snprintf(res.name, sizeof(res.name), "%s", prop.name);
+    std::snprintf(res.name, sizeof(res.name), "%.127s", prop.name);
 
-    GPUIVF_CUDA_TRY(cudaStreamCreateWithFlags(&res.stream, cudaStreamNonBlocking));
+    /* The main stream (selection, scans) gets the higher priority: while a
+     * GEMM tile runs on the other stream, the selection of the previous tile
+     * takes multiprocessors as soon as GEMM blocks retire. */
+    int prio_low = 0, prio_high = 0;
+    GPUIVF_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&prio_low, &prio_high));
+    GPUIVF_CUDA_TRY(cudaStreamCreateWithPriority(&res.stream, cudaStreamNonBlocking, prio_high));
     GPUIVF_CUDA_TRY(cudaStreamCreateWithFlags(&res.gemm_stream, cudaStreamNonBlocking));
     GPUIVF_CUDA_TRY(cudaEventCreateWithFlags(&res.ev_fork, cudaEventDisableTiming));
     for (int i = 0; i < 2; i++) {

@@ -24,9 +24,15 @@
 namespace gpuivf_cuda {
 
 /* Register budget: at least this many blocks per multiprocessor. */
+#ifndef GPUIVF_SELECT_MINBLOCKS_128
+#define GPUIVF_SELECT_MINBLOCKS_128 4
+#endif
+#ifndef GPUIVF_SELECT_UNROLL
+#define GPUIVF_SELECT_UNROLL 4
+#endif
 template <int W>
 struct SelectMinBlocks {
-    static constexpr int value = W <= 64 ? 8 : (W <= 256 ? 4 : 1);
+    static constexpr int value = W <= 64 ? 8 : (W <= 128 ? GPUIVF_SELECT_MINBLOCKS_128 : (W <= 256 ? 4 : 1));
 };
 
 /* Four consecutive values of a row starting at column c (< c1). */
@@ -43,11 +49,11 @@ __device__ __forceinline__ float4 load4(const float *rp, int c, int c1, bool vec
 template <int W, int T, int kThreads>
 __global__ void __launch_bounds__(kThreads, SelectMinBlocks<W>::value) select_rows_kernel(const SelectRowsArgs a) {
     constexpr int kWarps = kThreads / 32;
-    constexpr int kUnroll = 4;
+    constexpr int kUnroll = GPUIVF_SELECT_UNROLL;
     using WS = WarpSelect<W, T>;
     constexpr int kSmemKeys = kWarps * W > kWarps * WS::kSmemKeys ? kWarps * W : kWarps * WS::kSmemKeys;
     __shared__ Key smem[kSmemKeys];
-    __shared__ Key thresholds[kWarps];
+    __shared__ Key thresholds[1];
 
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
@@ -59,13 +65,19 @@ __global__ void __launch_bounds__(kThreads, SelectMinBlocks<W>::value) select_ro
     int k = active ? (a.row_k ? a.row_k[row] : a.k) : 1;
     k = k < 1 ? 1 : (k > W ? W : k);
 
-    Key *thr = &thresholds[warp_rows ? warp : 0];
-    if (lane == 0 && owner) *thr = (active && a.init) ? a.init[row * a.init_ld + k - 1] : kSentinelKey;
+    /* A warp alone on its row keeps its threshold in registers; the warps of
+     * a block row share theirs. */
+    Key *thr = warp_rows ? nullptr : &thresholds[0];
+    if (!warp_rows && threadIdx.x == 0) *thr = a.init ? a.init[row * a.init_ld + k - 1] : kSentinelKey;
     __syncthreads();
 
     WS ws;
     ws.init(k, smem + warp * WS::kSmemKeys, thr);
-    ws.refresh();
+    if (warp_rows) {
+        if (active && a.init) ws.set_threshold(a.init[row * a.init_ld + k - 1]);
+    } else {
+        ws.refresh();
+    }
     if (active && a.init != nullptr && owner) {
         /* Continue from the previous tiles' result (sorted, k entries). */
 #pragma unroll

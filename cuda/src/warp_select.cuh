@@ -9,12 +9,15 @@
  * A candidate is compared with the warp's running threshold (the k-th key of
  * the warp queue, or a better one published by another warp of the block);
  * almost every candidate fails that one compare, which is why the selection
- * can run at memory speed.  A survivor is pushed on its lane's thread queue.
- * As soon as any lane's thread queue is full, the warp merges: the 32 x T
- * pending keys are sorted by a bitonic network across the warp, merged into
- * the warp queue by the unequal-size merge below, and the threshold is
- * refreshed.  Warps working on the same row share their best threshold
- * through shared memory.  Keys are the packed (score, index) values of common.cuh.
+ * can run at memory speed.  A survivor is appended to its lane's thread
+ * queue.  As soon as some lane's thread queue might overflow, the warp
+ * merges: the pending keys of all lanes are compacted into full runs of
+ * 32 x B keys, each run is sorted by a bitonic network across the warp and
+ * merged into the warp queue by the unequal-size merge below, and the
+ * threshold is refreshed after each run (runs that can no longer beat it are
+ * skipped).  Warps working on the same row share their best threshold
+ * through shared memory.  Keys are the packed (score, index) values of
+ * common.cuh.
  *
  * Merging sequences of different lengths.  To merge a sorted run B of length
  * L into the sorted queue A of length W and keep the W smallest, compare
@@ -23,10 +26,12 @@
  * network of size W sorts it.  When L < W only the last L positions of A have
  * a partner (the others would meet padding), so only those compares are
  * emitted; when L > W only the first W of B can matter.  This is the
- * odd-size merge that lets the thread queues (32 x T keys) and the warp
- * queue (W keys) have unrelated lengths.
+ * odd-size merge that lets the runs (32 x B keys) and the warp queue (W
+ * keys) have unrelated lengths.
  *
- * Every function here must be called by all 32 lanes of a warp together.
+ * Every function here must be called by all 32 lanes of a warp together,
+ * except WarpSelect::offer / offer_key, which a lane calls for its own
+ * candidates after the warp reserved room.
  */
 #ifndef GPUIVF_CUDA_WARP_SELECT_CUH
 #define GPUIVF_CUDA_WARP_SELECT_CUH

@@ -898,6 +898,10 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
     {
         GpuivfRequestSlot *r = &GpuivfShmem->slots[slotnos[i]];
 
+        if (r->nq < 1 || r->kmax < 1 || r->kmax > GPUIVF_CUDA_MAX_K || r->dims != dims ||
+            GpuivfSearchPayloadLayout(r->nq, dims, r->kmax).total > GpuivfShmem->payload_bytes)
+            elog(ERROR, "gpuivf GPU worker got a malformed search request (%d queries, k %d, %d dimensions)",
+                 r->nq, r->kmax, r->dims);
         generation = Max(generation, r->generation);
         nq += r->nq;
         kmax = Max(kmax, r->kmax);

@@ -6,8 +6,8 @@
  *            or the CPU engine): the nprobe best lists, ADC k-selection of
  *            max(k, R) candidates (R = gpuivf.rerank_candidates), exact
  *            re-rank, the k best.  k is the rows the query needs when the
- *            planner integration knows it (limit_hint: LIMIT, divided by the
- *            selectivity of a filter), else R.  A batched kNN join may have
+ *            planner integration knows it (limit_hint: LIMIT + OFFSET, raised
+ *            for a filter above the scan, gpuivfplanner.cpp), else R.  A batched kNN join may have
  *            computed it ahead of time (GpuivfTakeRoundOne).
  *  revisit   when the executor wants more: all entries of the round-1 lists
  *            in ADC order, minus those already returned, in chunks, each
@@ -334,12 +334,11 @@ GpuivfReadListPage(Relation index, GpuivfScanOpaque so, BlockNumber blkno, Block
 }
 
 /*
- * ADC-scores every entry of one list: into topk when it is not null (round
- * 1), else appended to the collected candidates.
+ * ADC-scores every entry of one list into the collected candidates (the
+ * deeper rounds; round 1 is GpuivfSearchBatch's).
  */
 static void
-GpuivfScanList(Relation index, GpuivfScanOpaque so, const gpuivf::IvfPqModel &model, int list,
-               gpuivf::TopK *topk)
+GpuivfScanList(Relation index, GpuivfScanOpaque so, const gpuivf::IvfPqModel &model, int list)
 {
     GpuivfListDirEntry dir = GpuivfReadDirEntry(index, &so->meta, list);
     BlockNumber blkno = dir.head;
@@ -356,17 +355,11 @@ GpuivfScanList(Relation index, GpuivfScanOpaque so, const gpuivf::IvfPqModel &mo
 
         if (n > 0)
         {
-            if (topk != NULL)
-                gpuivf::ivfpq_adc_scan(model, so->lut, bias, so->page_codes, so->page_ids, n,
-                                       topk);
-            else
-            {
-                GpuivfReserveCandidates(so, n);
-                gpuivf::ivfpq_adc_scores(model, so->lut, bias, so->page_codes, n,
-                                         so->cand_scores + so->ncand);
-                memcpy(so->cand_ids + so->ncand, so->page_ids, sizeof(uint64) * n);
-                so->ncand += n;
-            }
+            GpuivfReserveCandidates(so, n);
+            gpuivf::ivfpq_adc_scores(model, so->lut, bias, so->page_codes, n,
+                                     so->cand_scores + so->ncand);
+            memcpy(so->cand_ids + so->ncand, so->page_ids, sizeof(uint64) * n);
+            so->ncand += n;
         }
         blkno = next;
         CHECK_FOR_INTERRUPTS();
@@ -652,7 +645,7 @@ GpuivfCollectRound(Relation index, GpuivfScanOpaque so)
             int         list = so->list_order[i];
 
             if (list >= 0 && list < so->nlist)
-                GpuivfScanList(index, so, model, list, NULL);
+                GpuivfScanList(index, so, model, list);
         }
     }
     else
@@ -688,7 +681,7 @@ GpuivfCollectRound(Relation index, GpuivfScanOpaque so)
             so->visited[list] = true;
             so->lists_visited++;
             taken++;
-            GpuivfScanList(index, so, model, list, NULL);
+            GpuivfScanList(index, so, model, list);
         }
         /* lists the probe order missed (it should cover all): visit them too */
         if (so->list_order_pos >= so->list_order_len && so->lists_visited < so->nlist)
@@ -699,7 +692,7 @@ GpuivfCollectRound(Relation index, GpuivfScanOpaque so)
                     continue;
                 so->visited[list] = true;
                 so->lists_visited++;
-                GpuivfScanList(index, so, model, list, NULL);
+                GpuivfScanList(index, so, model, list);
             }
         }
     }

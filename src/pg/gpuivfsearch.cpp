@@ -572,9 +572,65 @@ GpuivfSearchBatchCpu(Relation index, int nq, const GpuivfQuery *queries,
 }
 
 /*
+ * One engine call of the worker path: the queries listed in which[0..n)
+ * (all with the same candidate count and rerank).  Returns false when the
+ * worker declined; under gpuivf.device = gpu that is an error.
+ */
+static bool
+SearchGroupOnWorker(Relation index, const GpuivfQuery *queries, const int *which, int n,
+                    GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats)
+{
+    GpuivfQuery *sub = (GpuivfQuery *) palloc(sizeof(GpuivfQuery) * n);
+    GpuivfHit **subhits = (GpuivfHit **) palloc0(sizeof(GpuivfHit *) * n);
+    int        *subn = (int *) palloc0(sizeof(int) * n);
+    GpuivfSearchStats st;
+
+    for (int i = 0; i < n; i++)
+        sub[i] = queries[which[i]];
+    memset(&st, 0, sizeof(st));
+    if (!GpuivfWorkerSearch(index, n, sub, subhits, subn, &st))
+    {
+        if (gpuivf_device == GPUIVF_DEVICE_GPU)
+            ereport(ERROR,
+                    (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                     errmsg("gpuivf.device is set to \"gpu\" but the GPU worker cannot answer this search of index \"%s\"",
+                            RelationGetRelationName(index)),
+                     errdetail("The GPU engine does not take exact scans, untrained or temporary indexes, or more than 1024 rows, candidates or probes."),
+                     errhint("Set gpuivf.device to \"auto\" to answer such searches on the CPU.")));
+        return false;
+    }
+    for (int i = 0; i < n; i++)
+    {
+        hits[which[i]] = subhits[i];
+        nhits[which[i]] = subn[i];
+    }
+    stats->on_gpu = stats->on_gpu || st.on_gpu;
+    stats->batch_size = Max(stats->batch_size, Max(st.batch_size, n));
+    stats->queue_ms += st.queue_ms;
+    stats->gpu_ms += st.gpu_ms;
+    stats->reranked += st.reranked;
+    pfree(sub);
+    pfree(subhits);
+    pfree(subn);
+    return true;
+}
+
+/* Same engine call for the worker: same candidate count and rerank. */
+static inline bool
+SameGroup(const GpuivfQuery *a, const GpuivfQuery *b)
+{
+    return a->rerank == b->rerank && Max(a->k, a->rerank) == Max(b->k, b->rerank);
+}
+
+/*
  * Answers nq queries of one index (gpuivf.h): the GPU worker when
  * gpuivf.device is not cpu and a worker is up, else the CPU.  Every query's
  * vector must have the index's dims (the callers check it).
+ *
+ * The worker selects one candidate count per request, so queries are sent in
+ * groups of equal max(k, rerank) and rerank: a query's answer must not depend
+ * on its batch (a batched join equals its nested loop only so).  Groups the
+ * worker declines are answered on the CPU under gpuivf.device = auto.
  */
 void
 GpuivfSearchBatch(Relation index, int nq, const GpuivfQuery *queries,
@@ -586,16 +642,47 @@ GpuivfSearchBatch(Relation index, int nq, const GpuivfQuery *queries,
     GpuivfCheckDevice();
     if (gpuivf_device != GPUIVF_DEVICE_CPU && GpuivfWorkerAvailable())
     {
-        if (GpuivfWorkerSearch(index, nq, queries, hits, nhits, stats))
-            return;
-        /* the worker declined: the CPU answers, unless the GPU was demanded */
-        if (gpuivf_device == GPUIVF_DEVICE_GPU)
-            ereport(ERROR,
-                    (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                     errmsg("gpuivf.device is set to \"gpu\" but no gpuivf GPU worker is running"),
-                     errdetail("The GPU worker could not take the request."),
-                     errhint("Set gpuivf.device to \"auto\" or \"cpu\" to run gpuivf scans on the CPU.")));
-        memset(stats, 0, sizeof(GpuivfSearchStats));
+        bool       *done = (bool *) palloc0(sizeof(bool) * nq);
+        int        *which = (int *) palloc(sizeof(int) * nq);
+        int        *left = (int *) palloc(sizeof(int) * nq);
+        int         nleft = 0;
+
+        for (int i = 0; i < nq; i++)
+        {
+            int         n = 0;
+
+            if (done[i])
+                continue;
+            for (int j = i; j < nq; j++)
+                if (!done[j] && SameGroup(&queries[i], &queries[j]))
+                {
+                    which[n++] = j;
+                    done[j] = true;
+                }
+            if (!SearchGroupOnWorker(index, queries, which, n, hits, nhits, stats))
+                for (int j = 0; j < n; j++)
+                    left[nleft++] = which[j];
+        }
+        if (nleft > 0)
+        {
+            /* what the worker declined: the CPU, as one batch */
+            GpuivfQuery *sub = (GpuivfQuery *) palloc(sizeof(GpuivfQuery) * nleft);
+            GpuivfHit **subhits = (GpuivfHit **) palloc0(sizeof(GpuivfHit *) * nleft);
+            int        *subn = (int *) palloc0(sizeof(int) * nleft);
+            GpuivfSearchStats st;
+
+            for (int i = 0; i < nleft; i++)
+                sub[i] = queries[left[i]];
+            GpuivfSearchBatchCpu(index, nleft, sub, subhits, subn, &st);
+            for (int i = 0; i < nleft; i++)
+            {
+                hits[left[i]] = subhits[i];
+                nhits[left[i]] = subn[i];
+            }
+            stats->reranked += st.reranked;
+            stats->batch_size = Max(stats->batch_size, nleft);
+        }
+        return;
     }
     GpuivfSearchBatchCpu(index, nq, queries, hits, nhits, stats);
 }

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Helpers of test/gpu/run_device.sh (numpy only).
+
+  gen OUTDIR ROWS DIMS NQ     clustered vectors as PostgreSQL binary COPY files:
+                              OUTDIR/base.bin (id bigint, v real[]),
+                              OUTDIR/queries.bin (qid int, v real[])
+  compare A B                 two files of "qid|{ids}|{distances}" lines: how many
+                              queries have identical ids (in order), identical id
+                              sets, and the max distance difference
+  recall RESULT TRUTH         recall@k of RESULT against TRUTH (same format)
+  latency LOGPREFIX           p50 / p99 / mean latency (ms) from pgbench -l logs
+"""
+import glob
+import struct
+import sys
+
+import numpy as np
+
+
+def copy_binary(path, ids, x, id_type):
+    n, d = x.shape
+    if id_type == 'int8':
+        idfmt, idlen = '>q', 8
+    else:
+        idfmt, idlen = '>i', 4
+    header = b'PGCOPY\n\xff\r\n\x00' + struct.pack('>ii', 0, 0)
+    arr_hdr = struct.pack('>iiIii', 1, 0, 700, d, 1)  # ndim, hasnull, float4, dim, lbound
+    arr_len = len(arr_hdr) + d * 8
+    row = np.dtype([
+        ('nf', '>i2'), ('idl', '>i4'), ('id', idfmt), ('al', '>i4'),
+        ('ah', 'V%d' % len(arr_hdr)), ('el', [('l', '>i4'), ('v', '>f4')], (d,))])
+    rows = np.zeros(n, dtype=row)
+    rows['nf'] = 2
+    rows['idl'] = idlen
+    rows['id'] = ids
+    rows['al'] = arr_len
+    rows['ah'] = np.frombuffer(arr_hdr, dtype='V%d' % len(arr_hdr))[0]
+    rows['el']['l'] = 4
+    rows['el']['v'] = x
+    with open(path, 'wb') as f:
+        f.write(header)
+        f.write(rows.tobytes())
+        f.write(struct.pack('>h', -1))
+
+
+def gen(outdir, n, d, nq):
+    rng = np.random.default_rng(20261121)
+    k = 1000
+    centers = rng.normal(0.0, 1.0, size=(k, d)).astype(np.float32)
+    scale = 0.35
+    base = centers[rng.integers(0, k, size=n)] + rng.normal(0.0, scale, size=(n, d)).astype(np.float32)
+    qs = centers[rng.integers(0, k, size=nq)] + rng.normal(0.0, scale, size=(nq, d)).astype(np.float32)
+    copy_binary(outdir + '/base.bin', np.arange(n, dtype=np.int64), base.astype(np.float32), 'int8')
+    copy_binary(outdir + '/queries.bin', np.arange(nq, dtype=np.int32), qs.astype(np.float32), 'int4')
+
+
+def read_results(path):
+    out = {}
+    for line in open(path):
+        line = line.strip()
+        if not line:
+            continue
+        qid, ids, dist = line.split('|')
+        ids = [v.strip('"') for v in ids.strip('{}').split(',') if v]
+        dist = [float(v) for v in dist.strip('{}').split(',') if v]
+        out[int(qid)] = (ids, dist)
+    return out
+
+
+def compare(a, b):
+    ra, rb = read_results(a), read_results(b)
+    same_order = same_set = 0
+    maxdiff = 0.0
+    overlap = 0
+    total = 0
+    for q in ra:
+        ia, da = ra[q]
+        ib, db = rb.get(q, ([], []))
+        same_order += ia == ib
+        same_set += set(ia) == set(ib)
+        overlap += len(set(ia) & set(ib))
+        total += max(len(ia), 1)
+        if ia == ib:
+            maxdiff = max([maxdiff] + [abs(x - y) for x, y in zip(da, db)])
+    print('queries=%d same_ids_in_order=%d same_id_sets=%d id_overlap=%.5f max_distance_diff=%.3g'
+          % (len(ra), same_order, same_set, overlap / max(total, 1), maxdiff))
+
+
+def recall(res, truth):
+    r, t = read_results(res), read_results(truth)
+    hit = tot = 0
+    for q, (ids, _) in t.items():
+        got = set(r.get(q, ([], []))[0])
+        hit += len(got & set(ids))
+        tot += len(ids)
+    print('%.4f' % (hit / max(tot, 1)))
+
+
+def latency(prefix):
+    lat = []
+    for f in glob.glob(prefix + '*'):
+        for line in open(f):
+            p = line.split()
+            if len(p) >= 3:
+                lat.append(int(p[2]) / 1000.0)
+    if not lat:
+        print('p50=nan p99=nan')
+        return
+    a = np.array(lat)
+    print('p50=%.3f p99=%.3f mean=%.3f n=%d' % (np.percentile(a, 50), np.percentile(a, 99), a.mean(), len(a)))
+
+
+if __name__ == '__main__':
+    cmd = sys.argv[1]
+    if cmd == 'gen':
+        gen(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+    elif cmd == 'compare':
+        compare(sys.argv[2], sys.argv[3])
+    elif cmd == 'recall':
+        recall(sys.argv[2], sys.argv[3])
+    elif cmd == 'latency':
+        latency(sys.argv[2])

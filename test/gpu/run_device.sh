@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# test/gpu/run_device.sh — the GPU worker, end to end, on a machine with a GPU.
+#
+# Builds nothing: it installs a gpuivf.so and gpuivf_gpu.so built on the
+# development machine (carried with PostgreSQL in a pgkit, see
+# ../shared/device/README.md), starts a cluster with
+# shared_preload_libraries = 'gpuivf', and checks and measures:
+#   1. CREATE INDEX on the GPU worker vs on the CPU: time, both verify, recall;
+#   2. GPU vs CPU answers on the same index for NQ queries (top-10 ids);
+#   3. recall@10 against exact results;
+#   4. a committed insert is found by the next query on the GPU;
+#   5. QPS and p50/p99 latency for 1/16/64 pgbench clients, device=gpu vs cpu,
+#      with the mean batch size and the GPU's busy fraction;
+#   6. kill -9 of the worker: clear errors, the cluster restarts, GPU answers.
+# It prints a summary table last and leaves logs in $OUT.
+#
+# On the device (from the repo root):  bash test/gpu/run_device.sh .device-worker
+#   where .device-worker/ holds pgkit.sh, pgkit.tar.xz, gpuivf.so, gpuivf_gpu.so.
+# Locally, as a dry run against an installed build and any engine:
+#   GPUIVF_LOCAL=1 PORT=5610 ENGINE=/path/to/gpuivf_fake_gpu.so bash test/gpu/run_device.sh
+set -u
+KIT=${1:-.device-worker}
+OUT=${OUT:-/tmp/gpuivf-device-out}
+ROWS=${ROWS:-100000}
+DIMS=${DIMS:-128}
+NQ=${NQ:-1000}
+LISTS=${LISTS:-316}
+PROBES=${PROBES:-16}
+BENCH_S=${BENCH_S:-6}
+PORT=${PORT:-5432}
+W=${W:-/tmp/gpuivf-work}
+PY=${PY:-python3}
+mkdir -p "$OUT"
+started=$(date +%s)
+say() { echo "== [$(( $(date +%s) - started ))s] $*"; }
+
+# ------------------------------------------------------------ PostgreSQL
+if [ -n "${GPUIVF_LOCAL:-}" ]; then
+	PGBIN=/usr/lib/postgresql/15/bin
+	as_pg() { su postgres -c "export PATH=$PGBIN:\$PATH PGHOST=$W PGPORT=$PORT PGUSER=postgres; cd $W; $*"; }
+	PGUSER_OS=postgres
+else
+	# shellcheck disable=SC1090
+	source "$KIT/pgkit.sh" unpack "$KIT/pgkit.tar.xz" || exit 1
+	as_pg() { pgkit_as "export PGHOST=$W PGPORT=$PORT; $*"; }
+	PGUSER_OS=pgrun
+	LIBDIR=$(pg_config --pkglibdir)
+	SHAREDIR=$(pg_config --sharedir)
+	cp "$KIT/gpuivf.so" "$KIT/gpuivf_gpu.so" "$LIBDIR/"
+	cp gpuivf.control sql/gpuivf--0.1.0.sql "$SHAREDIR/extension/"
+	nvidia-smi -L 2>&1 | head -4
+fi
+rm -rf "$W" && mkdir -p "$W" && cp test/gpu/gpuivf_device.py "$W/"
+sql() { printf '%s\n' "$1" > "$W/q.sql"; chown "$PGUSER_OS" "$W/q.sql"; as_pg "psql -X -q -At -v ON_ERROR_STOP=1 -f $W/q.sql"; }
+sqlf() { chown "$PGUSER_OS" "$1"; as_pg "psql -X -q -At -v ON_ERROR_STOP=1 -f $1"; }
+
+say "data: $ROWS x $DIMS, $NQ queries"
+$PY "$W/gpuivf_device.py" gen "$W" "$ROWS" "$DIMS" "$NQ" || exit 1
+chown -R "$PGUSER_OS" "$W"
+
+mkdir -p "$W/data" && chown "$PGUSER_OS" "$W/data"
+as_pg "initdb -A trust -U postgres -D $W/data >/dev/null" || exit 1
+cat >> "$W/data/postgresql.conf" <<EOF
+port = $PORT
+unix_socket_directories = '$W'
+listen_addresses = ''
+shared_preload_libraries = 'gpuivf'
+max_connections = 200
+shared_buffers = 4GB
+maintenance_work_mem = 2GB
+dynamic_shared_memory_type = mmap
+jit = off
+fsync = off
+synchronous_commit = off
+max_parallel_workers_per_gather = 0
+log_line_prefix = '%m [%p] %b '
+EOF
+[ -n "${ENGINE:-}" ] && echo "gpuivf.engine_library = '$ENGINE'" >> "$W/data/postgresql.conf"
+as_pg "pg_ctl -D $W/data -l $W/server.log -w start >/dev/null" || { cat "$W/server.log"; exit 1; }
+sleep 2
+sql "CREATE EXTENSION gpuivf;"
+say "worker: $(sql "SELECT worker || ' ' || state || ' ' || coalesce(device_name, '') || ' ' || coalesce(message, '') FROM gpuivf_stat")"
+
+sql "CREATE TABLE items (id bigint, v real[]);
+     COPY items FROM '$W/base.bin' WITH (FORMAT binary);
+     CREATE TABLE queries (qid int PRIMARY KEY, v real[]);
+     COPY queries FROM '$W/queries.bin' WITH (FORMAT binary);
+     VACUUM ANALYZE items; VACUUM ANALYZE queries;" || exit 1
+
+# ------------------------------------------------------------ 1. builds
+wstat() { sql "SELECT queries || ' ' || batches || ' ' || gpu_time_ms || ' ' || builds || ' ' || cpu_fallbacks || ' ' || errors FROM gpuivf_stat WHERE worker = 0"; }
+t0=$(date +%s.%N)
+sql "SET gpuivf.device = cpu; CREATE INDEX items_cpu ON items USING gpuivf (v) WITH (lists = $LISTS);" || exit 1
+t1=$(date +%s.%N)
+b0=$(wstat | awk '{print $4}')
+sql "SET gpuivf.device = gpu; CREATE INDEX items_gpu ON items USING gpuivf (v) WITH (lists = $LISTS);" || exit 1
+t2=$(date +%s.%N)
+b1=$(wstat | awk '{print $4}')
+BUILD_CPU=$(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }")
+BUILD_GPU=$(awk "BEGIN { printf \"%.2f\", $t2 - $t1 }")
+say "CREATE INDEX: cpu ${BUILD_CPU}s, gpu ${BUILD_GPU}s (worker build requests: $((b1 - b0)))"
+VERIFY=$(sql "SELECT gpuivf_verify('items_cpu', true); SELECT gpuivf_verify('items_gpu', true); SELECT 'ok'" 2>&1 | tail -1)
+say "gpuivf_verify(heapallindexed) of both: $VERIFY"
+
+# per-query results of an index on the worker: qid|{ids}|{distances}
+worker_results() {   # index nprobe file
+	local f="$W/wq_$1_$2.sql"
+	: > "$f"
+	for ((q = 0; q < NQ; q++)); do
+		echo "SELECT $q, array_agg(replace(heap_tid::text, ',', '.') ORDER BY distance, heap_tid), array_agg(distance ORDER BY distance, heap_tid) FROM gpuivf_worker_search('$1', (SELECT v FROM queries WHERE qid = $q), 10, $2);" >> "$f"
+	done
+	sqlf "$f" > "$3"
+}
+# per-query results of SQL (the only remaining index answers): qid|{ids}|{distances}
+sql_results() {      # device probes file [nq]
+	local n=${4:-$NQ}
+	local f="$W/sq_$1_$2.sql"
+	echo "SET gpuivf.device = $1; SET gpuivf.probes = $2; SET enable_seqscan = off;" > "$f"
+	for ((q = 0; q < n; q++)); do
+		echo "SELECT $q, array_agg(id ORDER BY d, id), array_agg(d ORDER BY d, id) FROM (SELECT id, v <-> (SELECT v FROM queries WHERE qid = $q) AS d FROM items ORDER BY v <-> (SELECT v FROM queries WHERE qid = $q) LIMIT 10) s;" >> "$f"
+	done
+	sqlf "$f" > "$3"
+}
+
+worker_results items_cpu "$PROBES" "$W/r_idxcpu.txt"
+worker_results items_gpu "$PROBES" "$W/r_idxgpu.txt"
+BUILD_AGREE=$($PY "$W/gpuivf_device.py" compare "$W/r_idxcpu.txt" "$W/r_idxgpu.txt")
+say "GPU-built vs CPU-built index, searched on the GPU: $BUILD_AGREE"
+
+# ------------------------------------------------- 2. GPU vs CPU answers
+sql "DROP INDEX items_cpu;"
+sql_results gpu "$PROBES" "$W/r_gpu.txt"
+sql_results cpu "$PROBES" "$W/r_cpu.txt"
+GPU_CPU=$($PY "$W/gpuivf_device.py" compare "$W/r_gpu.txt" "$W/r_cpu.txt")
+say "GPU vs CPU, same index, nprobe $PROBES: $GPU_CPU"
+
+# ------------------------------------------------------------- 3. recall
+sql_results cpu "$LISTS" "$W/r_exact.txt" 200
+head -200 "$W/r_gpu.txt" > "$W/r_gpu200.txt"
+RECALL=$($PY "$W/gpuivf_device.py" recall "$W/r_gpu200.txt" "$W/r_exact.txt")
+sql_results gpu 32 "$W/r_gpu32.txt" 200
+RECALL32=$($PY "$W/gpuivf_device.py" recall "$W/r_gpu32.txt" "$W/r_exact.txt")
+say "recall@10 vs exact (200 queries): nprobe $PROBES $RECALL, nprobe 32 $RECALL32"
+
+# ----------------------------------------------------- 4. fresh inserts
+r0=$(sql "SELECT refreshes FROM gpuivf_stat WHERE worker = 0")
+sql "INSERT INTO items SELECT -1, v FROM queries WHERE qid = 7;"
+FRESH=$(sql "SET gpuivf.device = gpu; SET gpuivf.probes = $PROBES; SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE qid = 7) LIMIT 1;")
+r1=$(sql "SELECT refreshes FROM gpuivf_stat WHERE worker = 0")
+say "committed insert found by the next GPU query: id $FRESH (expected -1), refreshes $r0 -> $r1"
+
+# --------------------------------------------------------------- 5. QPS
+cat > "$W/knn.sql" <<EOF
+\set q random(0, $((NQ - 1)))
+SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE qid = :q) LIMIT 10;
+EOF
+chown "$PGUSER_OS" "$W/knn.sql"
+: > "$W/bench.txt"
+for dev in gpu cpu; do
+	for c in 1 16 64; do
+		j=$((c < 16 ? c : 16))
+		s0=$(wstat)
+		rm -f "$W"/pgb_*
+		as_pg "PGOPTIONS='-c gpuivf.device=$dev -c gpuivf.probes=$PROBES' pgbench -n -M prepared -c $c -j $j -T $BENCH_S -l --log-prefix=$W/pgb_${dev}_$c -f $W/knn.sql postgres" > "$W/pgbench_${dev}_$c.log" 2>&1
+		s1=$(wstat)
+		tps=$(grep -E '^tps' "$W/pgbench_${dev}_$c.log" | head -1 | awk '{print $3}')
+		fail=$(grep -E 'number of failed|aborted' "$W/pgbench_${dev}_$c.log" | head -1)
+		lat=$($PY "$W/gpuivf_device.py" latency "$W/pgb_${dev}_$c")
+		read -r q0 bt0 g0 _ <<< "$s0"
+		read -r q1 bt1 g1 _ <<< "$s1"
+		mb=$(echo "$q1 $q0 $bt1 $bt0" | awk '{ if ($3 > $4) printf "%.2f", ($1 - $2) / ($3 - $4); else print "-" }')
+		busy=$(echo "$g1 $g0 $BENCH_S" | awk '{ printf "%.1f%%", 100 * ($1 - $2) / ($3 * 1000) }')
+		echo "$dev $c $tps $lat batch=$mb gpu_busy=$busy $fail" | tee -a "$W/bench.txt"
+	done
+done
+
+# ------------------------------------------------------------ 6. kill -9
+pid=$(sql "SELECT pid FROM gpuivf_stat WHERE worker = 0")
+as_pg "PGOPTIONS='-c gpuivf.device=gpu -c gpuivf.probes=$PROBES' pgbench -n -c 8 -j 8 -T 5 -f $W/knn.sql postgres" > "$W/pgbench_kill.log" 2>&1 &
+bgpid=$!
+sleep 2
+kill -9 "$pid"
+wait "$bgpid"
+KILL_ERR=$(grep -m1 -oE 'terminating connection because of crash of another server process|server closed the connection unexpectedly|FATAL:.*' "$W/pgbench_kill.log")
+newstate=""
+for i in $(seq 1 100); do
+	newstate=$(sql "SELECT state FROM gpuivf_stat WHERE worker = 0 AND pid <> $pid" 2>/dev/null)
+	[ "$newstate" = "ready" ] && break
+	sleep 0.3
+done
+AFTER=$(sql "SET gpuivf.device = gpu; SET gpuivf.probes = $PROBES; SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE qid = 7) LIMIT 1;" 2>&1)
+say "kill -9 of the worker (pid $pid): in-flight clients saw \"$KILL_ERR\"; new worker: ${newstate:-none}; GPU query after: $AFTER"
+
+# -------------------------------------------------------------- summary
+sql "\\x on
+SELECT * FROM gpuivf_stat;" > "$OUT/gpuivf_stat.txt"
+cp "$W/server.log" "$OUT/server.log" 2>/dev/null
+cp "$W/bench.txt" "$OUT/" 2>/dev/null
+as_pg "pg_ctl -D $W/data -m fast -w stop >/dev/null"
+echo
+echo "================================ gpuivf GPU worker: summary ================================"
+echo "data                 $ROWS x $DIMS clustered, lists $LISTS, nprobe $PROBES, $NQ queries"
+echo "CREATE INDEX         cpu ${BUILD_CPU}s   gpu ${BUILD_GPU}s   verify: $VERIFY"
+echo "GPU- vs CPU-built    $BUILD_AGREE"
+echo "GPU vs CPU answers   $GPU_CPU"
+echo "recall@10 (GPU)      nprobe $PROBES: $RECALL   nprobe 32: $RECALL32"
+echo "insert then query    first id $FRESH (want -1); refreshes $r0 -> $r1"
+echo "kill -9 worker       clients: ${KILL_ERR:-no error seen}; new worker ${newstate:-none}; then GPU answer: $AFTER"
+echo "pgbench (device clients tps p50/p99 ms, batch = mean queries per GPU call):"
+sed 's/^/  /' "$W/bench.txt"
+grep -E "gpuivf gpu worker" "$W/server.log" | grep -vE "statement:" | head -8
+echo "elapsed $(( $(date +%s) - started ))s"
