@@ -161,9 +161,10 @@ uninstall-gpu-module:
 # inside), so the worker protocol is tested where there is no GPU: the TAP
 # test sets gpuivf.engine_library to it.
 FAKE_GPU_ENGINE = $(BUILD_DIR)/gpuivf_fake_gpu$(DLSUFFIX)
+all: fake-gpu-engine
 .PHONY: fake-gpu-engine
 fake-gpu-engine: $(FAKE_GPU_ENGINE)
-$(FAKE_GPU_ENGINE): $(srcdir)/test/gpu/fake_engine.cpp $(CORE_LIB) $(srcdir)/cuda/include/gpuivf_cuda.h
+$(FAKE_GPU_ENGINE): $(srcdir)/test/gpu/fake_engine.cpp $(CORE_LIB) $(srcdir)/cuda/include/gpuivf_cuda.h | engine
 	$(CXX) -std=c++17 -O2 -fPIC -shared -I$(srcdir)/src/core -I$(srcdir)/cuda/include \
 	  -o $@ $< $(CORE_LIB) $(filter -L% -Wl% -lopenblas,$(SHLIB_LINK)) -lopenblas -lstdc++ -lm
 

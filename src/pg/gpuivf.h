@@ -602,7 +602,12 @@ void        GpuivfSearchBatch(Relation index, int nq, const GpuivfQuery *queries
 /* gpuivfclient.cpp (backend side of the GPU worker protocol) */
 bool        GpuivfWorkerAvailable(void);
 /* false when no worker could serve (the caller falls back to the CPU under
- * gpuivf.device = auto); errors the worker reports are raised here */
+ * gpuivf.device = auto); errors the worker reports are raised here.
+ * (worker helper) Precisely: false under cpu; false for requests the GPU
+ * engine does not take under every setting (untrained or temporary index,
+ * exact mode = nprobe >= lists with stored vectors, k / candidates / nprobe
+ * above 1024); under auto also false on any worker failure (counted in
+ * gpuivf_stat.cpu_fallbacks); under gpu worker failures raise here. */
 bool        GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
                                GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats);
 
