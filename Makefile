@@ -111,9 +111,15 @@ clean-engine:
 # library (CI), and the postmaster and backends never map CUDA.  Without nvcc
 # (or with WITH_CUDA=no) there is no gpuivf_gpu.so and the worker reports
 # "built without CUDA"; scans run on the CPU.  A cuda/ that fails to compile
-# is reported loudly but does not stop the build of gpuivf.so (its own
-# tests, ctest, fail instead).
+# is reported loudly but does not stop the build of gpuivf.so for users (its
+# own tests, ctest, fail instead) — except in strict mode: with CI=true (CI
+# sets it) or GPUIVF_STRICT_CUDA=1 a cuda/ compile failure fails the build,
+# so that a broken GPU engine cannot pass CI as a CPU-only build.
+# GPUIVF_STRICT_CUDA=0 turns strict mode off even under CI.
 WITH_CUDA  ?= auto
+ifeq ($(GPUIVF_STRICT_CUDA),)
+GPUIVF_STRICT_CUDA := $(if $(filter true 1 yes,$(CI)),1,0)
+endif
 CUDA_HOME  ?= /usr/local/cuda
 CUDA_LIB    = $(BUILD_DIR)/libgpuivf_cuda.a
 GPU_MODULE  = gpuivf_gpu$(DLSUFFIX)
@@ -135,8 +141,14 @@ ifneq ($(WITH_CUDA),no)
 	    fi; \
 	  else \
 	    rm -f $(GPU_MODULE); \
+	    if [ "$(GPUIVF_STRICT_CUDA)" = 1 ]; then \
+	      echo "gpuivf: ERROR: the GPU engine (cuda/) failed to build, see above" \
+	           "(strict: CI=$(CI), GPUIVF_STRICT_CUDA=$(GPUIVF_STRICT_CUDA))" >&2; \
+	      exit 1; \
+	    fi; \
 	    echo "gpuivf: WARNING: the GPU engine (cuda/) failed to build, see above;" \
-	         "gpuivf.so is built without it and scans run on the CPU" >&2; \
+	         "gpuivf.so is built without it and scans run on the CPU" \
+	         "(CI=true or GPUIVF_STRICT_CUDA=1 makes this an error)" >&2; \
 	  fi; \
 	else \
 	  rm -f $(GPU_MODULE); \

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # scripts/common.sh — shared by scripts/test.sh and scripts/demo.sh (sourced).
 #
 # Installs what is missing from Debian's packages (as root), builds gpuivf,
@@ -77,7 +78,9 @@ build_and_install() {
 	fi
 }
 
-# A directory owned by pg_user, removed at exit by cleanup_all.
+# make_pg_dir VAR: a new directory owned by pg_user, its path stored in VAR
+# (not printed: a command substitution would run in a subshell and the
+# directory would escape cleanup_all, which removes it at exit).
 CLEANUP_DIRS=()
 CLEANUP_CLUSTERS=()
 make_pg_dir() {
@@ -86,7 +89,7 @@ make_pg_dir() {
 	chmod 755 "$d"
 	is_root && chown "$(pg_user)" "$d"
 	CLEANUP_DIRS+=("$d")
-	echo "$d"
+	printf -v "$1" '%s' "$d"
 }
 
 # A free TCP port on 127.0.0.1 from $1 upwards (default 5500).

@@ -10,6 +10,7 @@
 # exact sequential scan, shows gpuivf_index_info, then stops the cluster and
 # removes everything it created.
 set -uo pipefail
+# shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 trap cleanup_all EXIT
 
@@ -27,9 +28,9 @@ done
 
 say "Debian packages"
 ensure_packages
-build_and_install || die "build failed"
+build_and_install "$REPO" || die "build failed"
 
-DIR=$(make_pg_dir)
+make_pg_dir DIR
 PORT=$(free_port 5500)
 say "starting a throwaway cluster on 127.0.0.1:$PORT (data in $DIR, user $(pg_user))"
 start_cluster "$DIR" "$PORT" 127.0.0.1 || die "cannot start the cluster"
@@ -39,7 +40,7 @@ say "generating $ROWS x $DIMS clustered vectors and $QUERIES queries"
 	--base "$DIR/items.copy" --query "$DIR/queries.copy" || die "gpuivf_gen failed"
 
 psql_demo() {
-	psql -X -q -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -P pager=off "$@"
+	psql -X -q -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -P pager=off
 }
 
 psql_demo <<EOF || die "demo SQL failed"

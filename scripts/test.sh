@@ -17,6 +17,7 @@
 # to the checkout), GPUIVF_KEEP_TMP=1 keeps the temporary directories,
 # GPUIVF_TAP_TESTS="test/t/003_*.pl" runs only some TAP files.
 set -uo pipefail
+# shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 trap cleanup_all EXIT
 
@@ -49,7 +50,7 @@ ensure_packages
 # unprivileged user (PostgreSQL refuses root, and tests write into the tree
 # and may build helpers there); only `make install` runs as root.  The
 # checkout itself stays untouched.
-WORK=$(make_pg_dir)
+make_pg_dir WORK
 if is_root; then
 	say "copying the tree for $(pg_user)"
 	TREE=$WORK/gpuivf

@@ -94,7 +94,7 @@ CREATE FUNCTION gpuivf_stat(
     OUT mean_queue_wait_ms double precision, OUT gpu_time_ms double precision,
     OUT indexes_cached integer, OUT bytes_cached bigint, OUT cpu_fallbacks bigint,
     OUT errors bigint, OUT loads bigint, OUT refreshes bigint, OUT evictions bigint,
-    OUT builds bigint, OUT message text, OUT started_at timestamptz)
+    OUT builds bigint, OUT exact_knn bigint, OUT message text, OUT started_at timestamptz)
     RETURNS SETOF record
     AS 'MODULE_PATHNAME', 'gpuivf_stat'
     LANGUAGE C STRICT VOLATILE;
@@ -102,7 +102,7 @@ CREATE FUNCTION gpuivf_stat(
 CREATE VIEW gpuivf_stat AS SELECT * FROM gpuivf_stat();
 
 COMMENT ON VIEW gpuivf_stat IS
-    'gpuivf GPU workers: state, requests, batching, queue wait, GPU time, cache, CPU fallbacks, errors';
+    'gpuivf GPU workers: state, requests, batching, queue wait, GPU time, cache, CPU fallbacks, errors, builds, exact kNN for ANALYZE';
 
 CREATE FUNCTION gpuivf_worker_search(index regclass, query real[], k integer,
     nprobe integer DEFAULT 0, OUT heap_tid tid, OUT distance double precision)

@@ -553,12 +553,14 @@ bool        GpuivfCalibrationIsStale(const GpuivfMetaPageData *meta);
 int         GpuivfCurveProbes(const GpuivfMetaPageData *meta, double target, bool *reached);
 /* The seam for ground truth: exact top-k (entry ids, ascending by score,
  * padded with UINT64_MAX) of nq raw queries among all rows of the index,
- * each query's own entry exclude_ids[i] left out.  Runs on the CPU now;
- * the GPU worker (issue 4) answers it when it can. */
+ * each query's own entry exclude_ids[i] left out.  On the GPU worker when
+ * one is up (gpuivf.device not cpu), else on the CPU: the same result.
+ * *on_gpu (may be NULL): the worker computed all of it. */
 void        GpuivfExactKnnForCalibration(Relation index, Relation heap,
                                          const GpuivfMetaPageData *meta, int nq,
                                          const float4 *queries, const uint64 *exclude_ids,
-                                         int k, uint64 *out_ids, float *out_scores);
+                                         int k, uint64 *out_ids, float *out_scores,
+                                         bool *on_gpu);
 
 /* gpuivfpage.cpp: the curve into the metapage (one record, metapage only) */
 void        GpuivfLogCalibration(Relation index, Buffer metabuf, const GpuivfMetaPageData *calib);
@@ -603,11 +605,14 @@ void        GpuivfSearchBatch(Relation index, int nq, const GpuivfQuery *queries
 bool        GpuivfWorkerAvailable(void);
 /* false when no worker could serve (the caller falls back to the CPU under
  * gpuivf.device = auto); errors the worker reports are raised here.
- * (worker helper) Precisely: false under cpu; false for requests the GPU
- * engine does not take under every setting (untrained or temporary index,
- * exact mode = nprobe >= lists with stored vectors, k / candidates / nprobe
- * above 1024); under auto also false on any worker failure (counted in
- * gpuivf_stat.cpu_fallbacks); under gpu worker failures raise here. */
+ * Precisely: false under cpu; false for queries the GPU engine does not
+ * take (GpuivfSearchBatch routes them to the CPU itself: untrained or
+ * temporary index, exact mode = nprobe >= lists with stored vectors, k /
+ * candidates / nprobe above GPUIVF_GPU_MAX_*); under auto also false when
+ * no worker is ready or on any worker failure, and then its nq queries are
+ * counted in gpuivf_stat.cpu_fallbacks; under gpu those raise here.  Each
+ * query keeps its own k, nprobe and rerank on the worker, so its answer
+ * never depends on the batch it rides in. */
 bool        GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
                                GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats);
 
@@ -642,6 +647,46 @@ bool        GpuivfWorkerTrain(Relation index, gpuivf::Metric metric, const float
                               float *centroids, float *codebook);
 bool        GpuivfWorkerEncode(Relation index, const gpuivf::IvfPqModel &model,
                                const float *raw, int64 n, int32 *lists, uint8 *codes);
+
+/*
+ * (worker follow-up) The GPU engine's limits per query (the same numbers as
+ * cuda/include/gpuivf_cuda.h, checked there by gpuivfworker.h).  Queries
+ * above them run on the CPU under gpuivf.device = auto (counted in
+ * gpuivf_stat.cpu_fallbacks) and raise GpuivfRaiseGpuLimit under gpu.
+ */
+#define GPUIVF_GPU_MAX_K        1024    /* rows, and re-rank candidates */
+#define GPUIVF_GPU_MAX_NPROBE   1024    /* lists probed */
+
+/* gpuivfclient.cpp: the name of the first GPU engine limit query exceeds
+ * ("k", "candidates", "nprobe"), NULL when it fits */
+const char *GpuivfGpuLimitExceeded(const GpuivfQuery *query);
+/* ERROR (54000) naming that limit, for gpuivf.device = gpu */
+void        GpuivfRaiseGpuLimit(Relation index, const GpuivfQuery *query);
+/* gpuivfclient.cpp: n queries (or GPU work requests) answered on the CPU
+ * under gpuivf.device = auto because no worker could serve them; worker -1
+ * when none was asked (shown in worker 0's row).  No-op unless preloaded. */
+void        GpuivfCountCpuFallbacks(int worker, int64 n);
+
+/*
+ * gpuivfclient.cpp: exact kNN on the GPU worker (ANALYZE's ground truth,
+ * GpuivfExactKnnForCalibration).  A job is a DSM segment holding the nq
+ * queries and room for batch_cap base rows (*base: fill it, then Run).
+ * Begin returns NULL when no worker can take it (gpuivf.device = cpu, no
+ * ready worker, or the segment cannot be had): the caller computes on the
+ * CPU.  Run computes the exact top-kk of every query among the n rows of
+ * *base, in core exact_knn's format (internal scores ascending, base row
+ * numbers, UINT64_MAX padding; the same bits: the engine re-scores with the
+ * CPU's functions); false when the worker failed — under gpuivf.device =
+ * gpu that raises instead — and the job is then dead (the caller finishes
+ * on the CPU).
+ */
+typedef struct GpuivfExactKnnJob GpuivfExactKnnJob;
+GpuivfExactKnnJob *GpuivfWorkerExactKnnBegin(Relation index, gpuivf::Metric metric, int dims,
+                                             int nq, const float4 *queries, int kk,
+                                             int64 batch_cap, float4 **base);
+bool        GpuivfWorkerExactKnnRun(GpuivfExactKnnJob *job, int64 n, float *scores, uint64 *ids);
+bool        GpuivfWorkerExactKnnDead(const GpuivfExactKnnJob *job);  /* a Run failed */
+void        GpuivfWorkerExactKnnEnd(GpuivfExactKnnJob *job);
 
 /* ======================================== end of GPU worker section */
 

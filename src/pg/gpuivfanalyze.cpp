@@ -21,8 +21,9 @@
  *      vectors, else heap rows visible to a fresh snapshot;
  *   2. ground truth: exact top-10 of every query among all rows of the index,
  *      leaving out the query's own row (a self-match would inflate recall),
- *      by brute force in batches (core exact_knn; GpuivfExactKnnForCalibration
- *      is the seam where the GPU worker will take over);
+ *      by brute force in batches of rows: on the GPU worker when one is up
+ *      (its engine's exact_knn, the same bits as core exact_knn), else with
+ *      core exact_knn in this backend (GpuivfExactKnnForCalibration);
  *   3. sweep: for each query the lists are visited in probe order, feeding
  *      one ADC k-selection of R = max(gpuivf.rerank_candidates, 10)
  *      candidates, the query's own entry skipped; at every measured nprobe
@@ -37,9 +38,10 @@
  *      nprobe; the sweep stops when a doubling closes less than a tenth of
  *      the gap to recall 1 (a plateau), when recall is 1, or at lists (with
  *      re-rank nprobe = lists is the exact scan: 1).  When the GPU worker is
- *      up, each point is measured by one GpuivfSearchBatch of all queries
- *      instead (SearchStage): the same curve, computed by the engine that
- *      answers the queries.
+ *      up (and lists <= 1024, the engine's nprobe limit), each point is
+ *      measured by one GpuivfSearchBatch of all queries instead
+ *      (SearchStage): the same curve, computed by the engine that answers
+ *      the queries.
  *
  * Cost on the CPU, for n rows of d dimensions, q sample queries, L lists,
  * m sub-quantizers of 2^b centroids: ground truth q * n * d multiply-adds
@@ -58,6 +60,7 @@
 #define GPUIVF_CALIB_SEED       UINT64CONST(0x6770756976660005)
 #define GPUIVF_CALIB_DENSE      16      /* every nprobe up to this is a point */
 #define GPUIVF_TRUTH_BATCH_BYTES ((Size) 16 * 1024 * 1024)
+#define GPUIVF_TRUTH_GPU_BATCH_BYTES ((Size) 32 * 1024 * 1024)  /* one DSM segment */
 #define GPUIVF_STALE_FRACTION   0.10
 #define GPUIVF_PLATEAU_FRACTION 0.10
 
@@ -253,6 +256,9 @@ typedef struct TruthState
     float      *knn_vals;       /* nq * (k + 1) */
     uint64     *knn_ids;
     gpuivf::TopK *heaps;        /* nq selections of k */
+    GpuivfExactKnnJob *job;     /* the GPU worker's, or NULL: CPU; batch_x is
+                                 * in its DSM segment */
+    int64       gpu_batches;    /* batches the worker answered */
 } TruthState;
 
 /* Raise an engine error, letting a pending interrupt raise first. */
@@ -274,8 +280,14 @@ TruthFlush(TruthState *ts)
 
     if (ts->batch_n == 0)
         return;
-    CheckEngine(gpuivf::exact_knn(ts->metric, ts->batch_x, ts->batch_n, ts->queries, ts->nq,
-                                  ts->dims, kk, ts->knn_vals, ts->knn_ids, &cancel));
+    /* the worker's answer has the CPU's bits, so a batch it fails (auto)
+     * is simply computed here */
+    if (ts->job != NULL &&
+        GpuivfWorkerExactKnnRun(ts->job, ts->batch_n, ts->knn_vals, ts->knn_ids))
+        ts->gpu_batches++;
+    else
+        CheckEngine(gpuivf::exact_knn(ts->metric, ts->batch_x, ts->batch_n, ts->queries, ts->nq,
+                                      ts->dims, kk, ts->knn_vals, ts->knn_ids, &cancel));
     for (int q = 0; q < ts->nq; q++)
     {
         gpuivf::TopK *h = &ts->heaps[q];
@@ -311,19 +323,21 @@ TruthSink(void *arg, const float4 *x, uint64 id, uint64 heap_id)
 }
 
 /*
- * The seam for ground truth (gpuivf.h).  The CPU path reads every row once
- * (vector pages, or the heap when the index stores no vectors) in batches of
- * at most GPUIVF_TRUTH_BATCH_BYTES and runs core exact_knn on each.
- *
- * GPU worker (issue 4): when gpuivf.device allows and GpuivfWorkerAvailable(),
- * an index that stores vectors can be answered by the worker's exact-kNN
- * request over its mirror of the vector pages (same scores: the worker's
- * reference is core exact_knn); call it here and return when it served.
+ * The seam for ground truth (gpuivf.h).  Every row is read once (vector
+ * pages, or the heap when the index stores no vectors) in batches, and each
+ * batch's exact top-(k+1) is merged per query.  With a GPU worker up
+ * (gpuivf.device not cpu) a batch of at most GPUIVF_TRUTH_GPU_BATCH_BYTES is
+ * gathered straight into a DSM segment and answered by the worker's exact
+ * kNN (GpuivfWorkerExactKnnRun: the engine re-scores with the CPU's
+ * functions, so the merged result is the CPU's); otherwise, or for the rest
+ * after a worker failure under auto, batches of at most
+ * GPUIVF_TRUTH_BATCH_BYTES go through core exact_knn here.  *on_gpu (may be
+ * NULL) says whether the worker answered every batch.
  */
 void
 GpuivfExactKnnForCalibration(Relation index, Relation heap, const GpuivfMetaPageData *meta,
                              int nq, const float4 *queries, const uint64 *exclude_ids, int k,
-                             uint64 *out_ids, float *out_scores)
+                             uint64 *out_ids, float *out_scores, bool *on_gpu)
 {
     TruthState  ts;
     float      *heap_vals;
@@ -336,9 +350,18 @@ GpuivfExactKnnForCalibration(Relation index, Relation heap, const GpuivfMetaPage
     ts.k = k;
     ts.queries = queries;
     ts.exclude = exclude_ids;
-    ts.batch_cap = (int) Max((Size) 256, Min((Size) 65536, GPUIVF_TRUTH_BATCH_BYTES / row_bytes));
     ts.batch_n = 0;
-    ts.batch_x = (float4 *) palloc_extended(row_bytes * ts.batch_cap, MCXT_ALLOC_HUGE);
+    ts.gpu_batches = 0;
+    /* a segment no larger than the index needs (later rows: another batch) */
+    ts.batch_cap = (int) Max((Size) 256, Min((Size) 262144, GPUIVF_TRUTH_GPU_BATCH_BYTES / row_bytes));
+    ts.batch_cap = (int) Min((uint64) ts.batch_cap, Max(meta->vectors + meta->vectors / 8, (uint64) 256));
+    ts.job = GpuivfWorkerExactKnnBegin(index, ts.metric, ts.dims, nq, queries, k + 1,
+                                       ts.batch_cap, &ts.batch_x);
+    if (ts.job == NULL)
+    {
+        ts.batch_cap = (int) Max((Size) 256, Min((Size) 65536, GPUIVF_TRUTH_BATCH_BYTES / row_bytes));
+        ts.batch_x = (float4 *) palloc_extended(row_bytes * ts.batch_cap, MCXT_ALLOC_HUGE);
+    }
     ts.batch_ids = (uint64 *) palloc(sizeof(uint64) * ts.batch_cap);
     ts.knn_vals = (float *) palloc(sizeof(float) * (Size) nq * (k + 1));
     ts.knn_ids = (uint64 *) palloc(sizeof(uint64) * (Size) nq * (k + 1));
@@ -350,6 +373,8 @@ GpuivfExactKnnForCalibration(Relation index, Relation heap, const GpuivfMetaPage
 
     WalkIndexedRows(index, heap, meta, TruthSink, &ts);
     TruthFlush(&ts);
+    if (on_gpu != NULL)
+        *on_gpu = ts.job != NULL && ts.gpu_batches > 0 && !GpuivfWorkerExactKnnDead(ts.job);
 
     for (int q = 0; q < nq; q++)
     {
@@ -362,7 +387,10 @@ GpuivfExactKnnForCalibration(Relation index, Relation heap, const GpuivfMetaPage
             out_scores[(Size) q * k + j] = j < h->size ? h->vals[j] : INFINITY;
         }
     }
-    pfree(ts.batch_x);
+    if (ts.job != NULL)
+        GpuivfWorkerExactKnnEnd(ts.job);    /* batch_x was in its segment */
+    else
+        pfree(ts.batch_x);
     pfree(ts.batch_ids);
     pfree(ts.knn_vals);
     pfree(ts.knn_ids);
@@ -677,12 +705,14 @@ SearchStage(SweepState *sw, const uint32 *points, int first, int last)
  * both measure the same curve.
  */
 static bool
-CalibrateViaSearch(void)
+CalibrateViaSearch(const GpuivfMetaPageData *meta)
 {
 #ifdef GPUIVF_CALIBRATE_VIA_SEARCH
     return true;
 #else
-    return gpuivf_device != GPUIVF_DEVICE_CPU && GpuivfWorkerAvailable();
+    /* every point within the GPU engine's nprobe limit: none falls back */
+    return gpuivf_device != GPUIVF_DEVICE_CPU && GpuivfWorkerAvailable() &&
+        meta->lists <= GPUIVF_GPU_MAX_NPROBE;
 #endif
 }
 
@@ -709,7 +739,7 @@ MeasureCurve(Relation index, const GpuivfMetaPageData *meta, const CalibSample *
     int         stage_end_prev = -1;
     float      *cand_vals;
     uint64     *cand_ids;
-    bool        via_search = CalibrateViaSearch();
+    bool        via_search = CalibrateViaSearch(meta);
 
     memset(&sw, 0, sizeof(sw));
     sw.index = index;
@@ -820,6 +850,7 @@ CalibrateIn(Relation index, Relation heap, const GpuivfMetaPageData *meta)
     TimestampTz t_start = GetCurrentTimestamp();
     TimestampTz t_sample;
     TimestampTz t_truth;
+    bool        truth_on_gpu = false;
 
     memset(&sample, 0, sizeof(sample));
     sample.cap = (int) Min((uint64) gpuivf_analyze_sample, meta->vectors);
@@ -837,16 +868,17 @@ CalibrateIn(Relation index, Relation heap, const GpuivfMetaPageData *meta)
     truth = (uint64 *) palloc(sizeof(uint64) * (Size) sample.nq * k);
     truth_scores = (float *) palloc(sizeof(float) * (Size) sample.nq * k);
     GpuivfExactKnnForCalibration(index, heap, meta, sample.nq, sample.queries, sample.self_ids,
-                                 k, truth, truth_scores);
+                                 k, truth, truth_scores, &truth_on_gpu);
     t_truth = GetCurrentTimestamp();
 
     memset(&calib, 0, sizeof(calib));
     if (!MeasureCurve(index, meta, &sample, truth, k, &calib))
         return false;
-    elog(DEBUG1, "gpuivf index \"%s\" calibrated on %d queries: sample %.0f ms, exact top-%d %.0f ms, "
+    elog(DEBUG1, "gpuivf index \"%s\" calibrated on %d queries: sample %.0f ms, exact top-%d on the %s %.0f ms, "
          "%d points up to nprobe %u of %u lists %.0f ms",
          RelationGetRelationName(index), sample.nq,
          TimestampDifferenceMilliseconds(t_start, t_sample) * 1.0, k,
+         truth_on_gpu ? "GPU" : "CPU",
          TimestampDifferenceMilliseconds(t_sample, t_truth) * 1.0, (int) calib.calib_npoints,
          calib.calib_curve[Max(calib.calib_npoints, 1) - 1].nprobe, meta->lists,
          TimestampDifferenceMilliseconds(t_truth, GetCurrentTimestamp()) * 1.0);

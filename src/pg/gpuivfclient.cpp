@@ -1,18 +1,21 @@
 /*
  * gpuivfclient.cpp — the backend side of the GPU worker protocol: batched
  * kNN searches (the "Search dispatch" seam of gpuivf.h), CREATE INDEX work
- * (training, encoding), and where an index is cached (gpuivf_index_info).
+ * (training, encoding), exact kNN for ANALYZE's ground truth, and where an
+ * index is cached (gpuivf_index_info).
  *
  * gpuivf.device decides:
  *   cpu   never asks the worker (every function returns false at once);
  *   auto  asks when a worker is ready; any failure (no worker, worker error,
  *         timeout, worker exit) returns false and the caller answers on the
- *         CPU, counted as a CPU fallback in gpuivf_stat;
+ *         CPU, counted in gpuivf_stat.cpu_fallbacks (per query for searches,
+ *         per request for build and ANALYZE work);
  *   gpu   raises a clear error instead of falling back.
- * Requests the GPU engine does not take (a temporary or untrained index,
- * exact mode — nprobe covering every list of an index with stored vectors —,
- * k, candidates or nprobe above the engine's 1024) return false under every
- * setting (GpuivfSearchBatch then answers on the CPU, or raises under gpu).
+ * Searches the GPU engine does not take by design (a temporary or untrained
+ * index, exact mode — nprobe covering every list of an index with stored
+ * vectors) are routed to the CPU by GpuivfSearchBatch under every setting;
+ * searches above the engine's limits (GpuivfGpuLimitExceeded) run on the
+ * CPU under auto and raise GpuivfRaiseGpuLimit under gpu.
  */
 #include "gpuivf.h"
 #include "gpuivfworker.h"
@@ -61,15 +64,17 @@ RaiseNoWorker(void)
              errhint("Set gpuivf.device to \"auto\" or \"cpu\" to run gpuivf scans on the CPU.")));
 }
 
-static void
-CountFallback(int worker)
+/* n queries or requests answered on the CPU although gpuivf is preloaded
+ * (gpuivf.h); worker -1: none was asked, shown in worker 0's row. */
+void
+GpuivfCountCpuFallbacks(int worker, int64 n)
 {
-    if (GpuivfShmem == NULL)
+    if (GpuivfShmem == NULL || n <= 0)
         return;
     if (worker >= 0 && worker < GpuivfShmem->nworkers)
-        pg_atomic_fetch_add_u64(&GpuivfShmem->workers[worker].cpu_fallbacks, 1);
+        pg_atomic_fetch_add_u64(&GpuivfShmem->workers[worker].cpu_fallbacks, (uint64) n);
     else
-        pg_atomic_fetch_add_u64(&GpuivfShmem->fallbacks_no_worker, 1);
+        pg_atomic_fetch_add_u64(&GpuivfShmem->fallbacks_no_worker, (uint64) n);
 }
 
 /* Is a GPU worker with a usable GPU up to take requests? */
@@ -83,10 +88,10 @@ GpuivfWorkerAvailable(void)
 
 /*
  * Can the worker be asked at all?  false under cpu; under gpu without a
- * ready worker, raises; under auto, counts the fallback.
+ * ready worker, raises; under auto, counts `count` fallbacks.
  */
 static bool
-WorkerUsable(void)
+WorkerUsable(int64 count)
 {
     if (gpuivf_device == GPUIVF_DEVICE_CPU)
         return false;
@@ -94,16 +99,19 @@ WorkerUsable(void)
         return true;
     if (gpuivf_device == GPUIVF_DEVICE_GPU)
         RaiseNoWorker();
-    CountFallback(-1);
+    GpuivfCountCpuFallbacks(-1, count);
     return false;
 }
 
 /*
- * A request that did not succeed: raise under gpu, else count it and let
- * the caller fall back.  Releases the slot (when answered).
+ * A request that did not succeed: raise under gpu, else count `count`
+ * fallbacks (queries, or 1 for a build or exact kNN request) on the worker
+ * that failed and let the caller answer on the CPU.  Releases the slot
+ * (when answered).
  */
 static void
-RequestFailed(Relation index, GpuivfRequestSlot *slot, bool answered, const char *what)
+RequestFailed(Relation index, GpuivfRequestSlot *slot, bool answered, const char *what,
+              int64 count)
 {
     char        message[GPUIVF_MESSAGE_LEN];
     char        detail[GPUIVF_MESSAGE_LEN];
@@ -135,7 +143,7 @@ RequestFailed(Relation index, GpuivfRequestSlot *slot, bool answered, const char
     ereport(DEBUG1,
             (errmsg("gpuivf: %s of index \"%s\" runs on the CPU: %s", what,
                     RelationGetRelationName(index), message)));
-    CountFallback(worker);
+    GpuivfCountCpuFallbacks(worker, count);
 }
 
 /* Fill the identity of index into a request. */
@@ -150,27 +158,67 @@ SetIndexIdentity(GpuivfRequestSlot *slot, Relation index, const GpuivfMetaPageDa
     slot->train_id = meta ? meta->train_id : 0;
     slot->generation = meta ? meta->generation : 0;
     slot->dims = meta ? (int) meta->dims : 0;
+    slot->reranked = 0;
 }
 
 /* ------------------------------------------------------------ search */
 
-/* Most queries of shape (dims, kmax) one request buffer holds. */
-static int
-QueriesPerRequest(int dims, int kmax)
+/* The first GPU engine limit the query exceeds, or NULL (gpuivf.h). */
+const char *
+GpuivfGpuLimitExceeded(const GpuivfQuery *query)
 {
-    Size        cap = GpuivfShmem->payload_bytes;
-    Size        per = GpuivfSearchPayloadLayout(1, dims, kmax).total;
-    int         n = (int) Max((Size) 1, cap / per);
+    if (query->k > GPUIVF_GPU_MAX_K)
+        return "k";
+    if (query->rerank > GPUIVF_GPU_MAX_K)
+        return "candidates";
+    if (query->nprobe > GPUIVF_GPU_MAX_NPROBE)
+        return "nprobe";
+    return NULL;
+}
 
-    while (n > 0 && GpuivfSearchPayloadLayout(n, dims, kmax).total > cap)
-        n--;
-    return n;
+/*
+ * A query above the engine's limits where the CPU may not answer it
+ * (gpuivf.device = gpu, or gpuivf_worker_search): ERROR naming the limit.
+ */
+void
+GpuivfRaiseGpuLimit(Relation index, const GpuivfQuery *query)
+{
+    const char *limit = GpuivfGpuLimitExceeded(query);
+    const char *detail = "The GPU engine's limits are per query; under gpuivf.device = \"gpu\" such searches are not moved to the CPU.";
+
+    if (limit == NULL)
+        return;
+    if (strcmp(limit, "nprobe") == 0)
+        ereport(ERROR,
+                (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                 errmsg("search of index \"%s\" probes %d lists, more than the %d the GPU engine probes",
+                        RelationGetRelationName(index), query->nprobe, GPUIVF_GPU_MAX_NPROBE),
+                 errdetail("%s", detail),
+                 errhint("Set gpuivf.probes to %d or less (or lower gpuivf.target_recall), or set gpuivf.device to \"auto\" to run such searches on the CPU.",
+                         GPUIVF_GPU_MAX_NPROBE)));
+    if (strcmp(limit, "candidates") == 0)
+        ereport(ERROR,
+                (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                 errmsg("search of index \"%s\" re-ranks %d candidates, more than the %d the GPU engine re-ranks",
+                        RelationGetRelationName(index), query->rerank, GPUIVF_GPU_MAX_K),
+                 errdetail("%s", detail),
+                 errhint("Set gpuivf.rerank_candidates to %d or less, or set gpuivf.device to \"auto\" to run such searches on the CPU.",
+                         GPUIVF_GPU_MAX_K)));
+    ereport(ERROR,
+            (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+             errmsg("search of index \"%s\" asks for %d rows, more than the %d the GPU engine returns",
+                    RelationGetRelationName(index), query->k, GPUIVF_GPU_MAX_K),
+             errdetail("%s", detail),
+             errhint("Use a LIMIT of %d or less, or set gpuivf.device to \"auto\" to run such searches on the CPU.",
+                     GPUIVF_GPU_MAX_K)));
 }
 
 /*
  * Search nq queries of one index on the GPU worker; hits[i] (palloc'd,
- * best first) and nhits[i] out.  False when the CPU must answer (see the
- * file comment); errors are raised here under gpuivf.device = gpu.
+ * best first) and nhits[i] out.  False when the CPU must answer (gpuivf.h);
+ * errors are raised here under gpuivf.device = gpu.  Every query travels
+ * with its own k, nprobe and rerank; the stride of the answers of one
+ * request is its largest k.
  */
 bool
 GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
@@ -178,68 +226,79 @@ GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
 {
     GpuivfMetaPageData meta;
     GpuivfRequestSlot *slot;
-    int         kmax = 1;
-    int         rerank = 0;
-    int         npmax = 1;
-    int         per_request;
     int         dims;
 
-    if (!WorkerUsable())
+    if (nq <= 0 || !WorkerUsable(nq))
         return false;
     if (index->rd_rel->relpersistence == RELPERSISTENCE_TEMP)
         return false;           /* local buffers: only this backend can read them */
     GpuivfReadMeta(index, &meta);
-    if (!GpuivfMetaIsTrained(&meta) || meta.dims == 0)
+    if (!GpuivfMetaIsTrained(&meta) || meta.dims == 0 || meta.lists > GPUIVF_CUDA_MAX_LISTS)
         return false;
     for (int i = 0; i < nq; i++)
     {
-        kmax = Max(kmax, queries[i].k);
-        rerank = Max(rerank, queries[i].rerank);
-        npmax = Max(npmax, queries[i].nprobe);
+        if (queries[i].vector == NULL || queries[i].k < 1 || queries[i].nprobe < 1 ||
+            queries[i].rerank < 0 || GpuivfGpuLimitExceeded(&queries[i]) != NULL ||
+            GpuivfQueryIsExact(&meta, &queries[i]))
+            return false;
     }
-    if (kmax > GPUIVF_CUDA_MAX_K || rerank > GPUIVF_CUDA_MAX_K ||
-        npmax > GPUIVF_CUDA_MAX_NPROBE || meta.lists > GPUIVF_CUDA_MAX_LISTS)
-        return false;
-    /* exact mode (every list, stored vectors) is the CPU's full exact scan */
-    if (GpuivfMetaStoresVectors(&meta) && npmax >= (int) meta.lists)
-        return false;
     dims = (int) meta.dims;
-    per_request = QueriesPerRequest(dims, kmax);
-    slot = GpuivfMySlot();
-    if (slot == NULL || per_request < 1)
-        return false;
 
     if (stats != NULL)
         memset(stats, 0, sizeof(*stats));
     for (int i = 0; i < nq; i++)
         hits[i] = (GpuivfHit *) palloc(sizeof(GpuivfHit) * Max(queries[i].k, 1));
 
-    for (int off = 0; off < nq; off += per_request)
+    for (int off = 0; off < nq;)
     {
-        int         c = Min(per_request, nq - off);
-        GpuivfSearchLayout l = GpuivfSearchPayloadLayout(c, dims, kmax);
+        int         kmax = 1;
+        int         c = 0;
+        GpuivfSearchLayout l;
         char       *payload;
         bool        answered;
 
-        if (off > 0)
-            slot = GpuivfMySlot();
+        /* as many queries as fit one request buffer, their stride their largest k */
+        while (off + c < nq)
+        {
+            int         k2 = Max(kmax, queries[off + c].k);
+
+            if (GpuivfSearchPayloadLayout(c + 1, dims, k2).total > GpuivfShmem->payload_bytes)
+                break;
+            kmax = k2;
+            c++;
+        }
+        if (c == 0 || (slot = GpuivfMySlot()) == NULL)
+        {
+            /* a query larger than a request buffer, or a process without
+             * a request slot */
+            if (gpuivf_device == GPUIVF_DEVICE_GPU)
+                ereport(ERROR,
+                        (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                         errmsg("a search of index \"%s\" does not fit the GPU worker's request buffer",
+                                RelationGetRelationName(index)),
+                         errhint("Raise gpuivf.request_buffer, or set gpuivf.device to \"auto\" to run such searches on the CPU.")));
+            GpuivfCountCpuFallbacks(-1, nq);
+            return false;
+        }
+        l = GpuivfSearchPayloadLayout(c, dims, kmax);
         payload = GpuivfSlotPayload((int) (slot - GpuivfShmem->slots));
         slot->kind = GPUIVF_KIND_SEARCH;
         SetIndexIdentity(slot, index, &meta);
         slot->nq = c;
         slot->kmax = kmax;
-        slot->rerank = rerank;
         for (int q = 0; q < c; q++)
         {
             ((int32 *) (payload + l.k_off))[q] = queries[off + q].k;
             ((int32 *) (payload + l.nprobe_off))[q] = queries[off + q].nprobe;
+            ((int32 *) (payload + l.rerank_off))[q] = queries[off + q].rerank;
             memcpy(payload + l.vec_off + sizeof(float4) * (Size) q * dims,
                    queries[off + q].vector, sizeof(float4) * dims);
         }
         answered = GpuivfSubmitAndWait(slot);
         if (!answered || slot->result != GPUIVF_RESULT_OK)
         {
-            RequestFailed(index, slot, answered, "search");
+            /* the whole batch goes to the CPU: count every query of it */
+            RequestFailed(index, slot, answered, "search", nq);
             return false;
         }
         for (int q = 0; q < c; q++)
@@ -249,7 +308,7 @@ GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
             const double *dist = (const double *) (payload + l.dist_off) + (Size) q * kmax;
             GpuivfHit  *h = hits[off + q];
 
-            got = Min(got, queries[off + q].k);
+            got = Min(Max(got, 0), queries[off + q].k);
             for (int j = 0; j < got; j++)
             {
                 GpuivfIdToTid(ids[j], &h[j].tid);
@@ -262,10 +321,12 @@ GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
             stats->on_gpu = true;
             stats->batch_size = Max(stats->batch_size, slot->batch_size);
             stats->gpu_ms += slot->gpu_ms;
+            stats->reranked += slot->reranked;
             if (slot->taken_at > slot->submitted_at)
                 stats->queue_ms += (double) (slot->taken_at - slot->submitted_at) / 1000.0;
         }
         GpuivfReleaseSlot(slot);
+        off += c;
     }
     return true;
 }
@@ -292,7 +353,6 @@ BuildRequest(Relation index, dsm_segment *seg, int kind, int metric, int dims,
     slot->metric = metric;
     slot->nq = 0;
     slot->kmax = 0;
-    slot->rerank = 0;
     slot->dsm = dsm_segment_handle(seg);
     for (int i = 0; i < 4; i++)
         slot->arg[i] = args[i];
@@ -308,7 +368,7 @@ BuildRequest(Relation index, dsm_segment *seg, int kind, int metric, int dims,
     PG_END_TRY();
     if (!answered || slot->result != GPUIVF_RESULT_OK)
     {
-        RequestFailed(index, slot, answered, kind == GPUIVF_KIND_TRAIN ? "train" : "encode");
+        RequestFailed(index, slot, answered, kind == GPUIVF_KIND_TRAIN ? "train" : "encode", 1);
         return false;
     }
     GpuivfReleaseSlot(slot);
@@ -337,7 +397,7 @@ GpuivfWorkerTrain(Relation index, gpuivf::Metric metric, const float *sample, in
     int64       args[4] = {n, lists, pq_m, pq_bits};
     bool        ok;
 
-    if (!WorkerUsable())
+    if (!WorkerUsable(0))
         return false;
     seg = dsm_create(xb + cb + bb, DSM_CREATE_NULL_IF_MAXSEGMENTS);
     if (seg == NULL)
@@ -374,7 +434,7 @@ GpuivfWorkerEncode(Relation index, const gpuivf::IvfPqModel &model, const float 
     int64       args[4] = {n, model.nlist, model.m, model.nbits};
     bool        ok;
 
-    if (n <= 0 || !WorkerUsable())
+    if (n <= 0 || !WorkerUsable(0))
         return false;
     seg = dsm_create(xb + cb + bb + lb + ob, DSM_CREATE_NULL_IF_MAXSEGMENTS);
     if (seg == NULL)
@@ -391,6 +451,130 @@ GpuivfWorkerEncode(Relation index, const gpuivf::IvfPqModel &model, const float 
     }
     dsm_detach(seg);
     return ok;
+}
+
+/* ------------------------------------------------- exact kNN (ANALYZE) */
+
+/* Larger jobs stay on the CPU (a DSM segment of that size is unusual). */
+#define GPUIVF_EXACT_KNN_MAX_BYTES  ((Size) 512 * 1024 * 1024)
+
+struct GpuivfExactKnnJob
+{
+    Relation    index;
+    dsm_segment *seg;
+    GpuivfExactKnnLayout layout;
+    gpuivf::Metric metric;
+    int         dims;
+    int         nq;
+    int         kk;
+    int64       batch_cap;
+    bool        dead;           /* a request failed: the CPU finishes */
+};
+
+/* Starts an exact kNN job on the GPU worker, or NULL (gpuivf.h). */
+GpuivfExactKnnJob *
+GpuivfWorkerExactKnnBegin(Relation index, gpuivf::Metric metric, int dims, int nq,
+                          const float4 *queries, int kk, int64 batch_cap, float4 **base)
+{
+    GpuivfExactKnnJob *job;
+    GpuivfExactKnnLayout l;
+    dsm_segment *seg;
+
+    if (!GpuivfWorkerAvailable() || nq < 1 || dims < 1 || dims > GPUIVF_CUDA_MAX_DIMS ||
+        kk < 1 || kk > GPUIVF_CUDA_MAX_K || batch_cap < 1 || GpuivfMySlot() == NULL)
+        return NULL;
+    l = GpuivfExactKnnPayloadLayout(nq, dims, kk, batch_cap);
+    if (l.total > GPUIVF_EXACT_KNN_MAX_BYTES)
+        return NULL;
+    seg = dsm_create(l.total, DSM_CREATE_NULL_IF_MAXSEGMENTS);
+    if (seg == NULL)
+        return NULL;
+    job = (GpuivfExactKnnJob *) palloc0(sizeof(GpuivfExactKnnJob));
+    job->index = index;
+    job->seg = seg;
+    job->layout = l;
+    job->metric = metric;
+    job->dims = dims;
+    job->nq = nq;
+    job->kk = kk;
+    job->batch_cap = batch_cap;
+    memcpy((char *) dsm_segment_address(seg) + l.queries_off, queries,
+           sizeof(float4) * (Size) nq * dims);
+    *base = (float4 *) ((char *) dsm_segment_address(seg) + l.base_off);
+    return job;
+}
+
+/* Exact top-kk of the job's queries among the n rows of its base (gpuivf.h). */
+bool
+GpuivfWorkerExactKnnRun(GpuivfExactKnnJob *job, int64 n, float *scores, uint64 *ids)
+{
+    GpuivfRequestSlot *slot;
+    char       *data;
+    int         saved_timeout = gpuivf_worker_timeout;
+    bool        answered;
+
+    if (job == NULL || job->dead || n < 0 || n > job->batch_cap)
+        return false;
+    if (GpuivfReadyWorkers() == 0 || (slot = GpuivfMySlot()) == NULL)
+    {
+        /* the worker went away between two batches */
+        if (gpuivf_device == GPUIVF_DEVICE_GPU)
+            RaiseNoWorker();
+        job->dead = true;
+        GpuivfCountCpuFallbacks(-1, 1);
+        return false;
+    }
+    slot->kind = GPUIVF_KIND_EXACT_KNN;
+    SetIndexIdentity(slot, job->index, NULL);
+    slot->dims = job->dims;
+    slot->metric = (int) job->metric;
+    slot->nq = job->nq;
+    slot->kmax = job->kk;
+    slot->dsm = dsm_segment_handle(job->seg);
+    slot->arg[0] = n;
+    slot->arg[1] = job->kk;
+    slot->arg[2] = job->batch_cap;
+    slot->arg[3] = 0;
+    /* like an index build: no time limit (the answer may be big), cancel works */
+    gpuivf_worker_timeout = 0;
+    PG_TRY();
+    {
+        answered = GpuivfSubmitAndWait(slot);
+    }
+    PG_FINALLY();
+    {
+        gpuivf_worker_timeout = saved_timeout;
+    }
+    PG_END_TRY();
+    if (!answered || slot->result != GPUIVF_RESULT_OK)
+    {
+        job->dead = true;
+        RequestFailed(job->index, slot, answered, "compute exact neighbours for", 1);
+        return false;
+    }
+    GpuivfReleaseSlot(slot);
+    data = (char *) dsm_segment_address(job->seg);
+    memcpy(scores, data + job->layout.scores_off, sizeof(float) * (Size) job->nq * job->kk);
+    memcpy(ids, data + job->layout.ids_off, sizeof(uint64) * (Size) job->nq * job->kk);
+    return true;
+}
+
+/* Did a Run of the job fail (the CPU finished it)? */
+bool
+GpuivfWorkerExactKnnDead(const GpuivfExactKnnJob *job)
+{
+    return job == NULL || job->dead;
+}
+
+/* Ends a job (NULL is fine); its DSM segment goes away. */
+void
+GpuivfWorkerExactKnnEnd(GpuivfExactKnnJob *job)
+{
+    if (job == NULL)
+        return;
+    if (job->seg != NULL)
+        dsm_detach(job->seg);
+    pfree(job);
 }
 
 /* ------------------------------------------------- gpuivf_index_info */
@@ -477,6 +661,22 @@ gpuivf_worker_search(PG_FUNCTION_ARGS)
     query.nprobe = nprobe;
     query.rerank = (meta.flags & GPUIVF_META_RERANK) ? Max(gpuivf_rerank_candidates, k) : 0;
 
+    /* what the worker never takes, said precisely */
+    if (index->rd_rel->relpersistence == RELPERSISTENCE_TEMP || !GpuivfMetaIsTrained(&meta) ||
+        GpuivfQueryIsExact(&meta, &query))
+        ereport(ERROR,
+                (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                 errmsg("the gpuivf GPU worker does not search index \"%s\" this way",
+                        RelationGetRelationName(index)),
+                 index->rd_rel->relpersistence == RELPERSISTENCE_TEMP
+                 ? errdetail("A temporary index is searched by its own backend, on the CPU.")
+                 : !GpuivfMetaIsTrained(&meta)
+                 ? errdetail("An untrained index is searched exactly, on the CPU.")
+                 : errdetail("Probing all %u lists of an index that stores vectors is an exact scan, which runs on the CPU.",
+                             meta.lists),
+                 errhint("Compare with the query itself under gpuivf.device = \"cpu\".")));
+    GpuivfRaiseGpuLimit(index, &query);
+
     gpuivf_device = GPUIVF_DEVICE_GPU;
     PG_TRY();
     {
@@ -487,12 +687,9 @@ gpuivf_worker_search(PG_FUNCTION_ARGS)
         gpuivf_device = saved_device;
     }
     PG_END_TRY();
-    if (!served)
-        ereport(ERROR,
-                (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                 errmsg("the gpuivf GPU worker does not serve this query"),
-                 errdetail("Untrained and temporary indexes, and k, candidates or probes above %d, are searched on the CPU only.",
-                           GPUIVF_CUDA_MAX_K)));
+    if (!served)                /* cannot happen: raised above or inside */
+        elog(ERROR, "the gpuivf GPU worker did not serve a search of index \"%s\"",
+             RelationGetRelationName(index));
     for (int i = 0; i < nhits; i++)
     {
         Datum       values[2];

@@ -871,7 +871,37 @@ GetCopy(const GpuivfRequestSlot *req, uint64 generation)
 
 /* --------------------------------------------------------- searching */
 
-/* Search the queries of every request of the group in one engine call. */
+/* A query of a search group: where it came from and what it asks. */
+typedef struct GroupQuery
+{
+    int         req;            /* request of the group */
+    int         pos;            /* query number in that request */
+    int32       k;
+    int32       nprobe;
+    int32       candidates;     /* re-ranked exactly; 0: ADC order */
+} GroupQuery;
+
+static int
+CompareCandidates(const void *a, const void *b)
+{
+    const GroupQuery *x = (const GroupQuery *) a;
+    const GroupQuery *y = (const GroupQuery *) b;
+
+    if (x->candidates != y->candidates)
+        return x->candidates < y->candidates ? -1 : 1;
+    if (x->req != y->req)
+        return x->req < y->req ? -1 : 1;
+    return x->pos < y->pos ? -1 : (x->pos > y->pos ? 1 : 0);
+}
+
+/*
+ * Search the queries of every request of the group (one index): one engine
+ * call per candidate count.  A query's candidates are max(k, rerank) when
+ * the index stores vectors (re-ranked exactly), else none (ADC order, k
+ * rows), exactly as on the CPU (gpuivfsearch.cpp), so its answer never
+ * depends on the queries it is batched with; within a call each query
+ * keeps its own k and nprobe.
+ */
 void
 GpuivfServeSearchGroup(int worker, int *slotnos, int n)
 {
@@ -879,20 +909,18 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
     GpuivfWorkerSlot *w = &GpuivfShmem->workers[worker];
     uint64      generation = 0;
     int64       nq = 0;
-    int         kmax = 1;
-    int         npmax = 1;
     int         dims = first->dims;
-    int         rerank;
+    bool        stores_vectors;
+    GroupQuery *gq;
     float      *queries;
     int32      *qk;
     int32      *qnp;
     double     *dist;
     uint64     *ids;
-    int64       q0 = 0;
-    gpuivf_cuda_search_params params;
+    int        *req_batch;
+    double     *req_gpu_ms;
+    int64      *req_reranked;
     GpuIndex   *ix;
-    instr_time  t0, t1;
-    double      gpu_ms;
 
     for (int i = 0; i < n; i++)
     {
@@ -904,16 +932,13 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
                  r->nq, r->kmax, r->dims);
         generation = Max(generation, r->generation);
         nq += r->nq;
-        kmax = Max(kmax, r->kmax);
     }
     ix = GetCopy(first, generation);
-    rerank = (ix->meta.flags & GPUIVF_META_RERANK) ? Max(first->rerank, kmax) : 0;
+    stores_vectors = (ix->meta.flags & GPUIVF_META_RERANK) != 0;
 
-    queries = (float *) palloc_extended(sizeof(float) * nq * dims, MCXT_ALLOC_HUGE);
-    qk = (int32 *) palloc(sizeof(int32) * nq);
-    qnp = (int32 *) palloc(sizeof(int32) * nq);
-    dist = (double *) palloc_extended(sizeof(double) * nq * kmax, MCXT_ALLOC_HUGE);
-    ids = (uint64 *) palloc_extended(sizeof(uint64) * nq * kmax, MCXT_ALLOC_HUGE);
+    /* every query with its own k, nprobe and candidates, sorted by candidates */
+    gq = (GroupQuery *) palloc_extended(sizeof(GroupQuery) * nq, MCXT_ALLOC_HUGE);
+    nq = 0;
     for (int i = 0; i < n; i++)
     {
         GpuivfRequestSlot *r = &GpuivfShmem->slots[slotnos[i]];
@@ -921,82 +946,142 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
         GpuivfSearchLayout l = GpuivfSearchPayloadLayout(r->nq, dims, r->kmax);
         const int32 *rk = (const int32 *) (payload + l.k_off);
         const int32 *rnp = (const int32 *) (payload + l.nprobe_off);
+        const int32 *rrr = (const int32 *) (payload + l.rerank_off);
 
-        memcpy(queries + q0 * dims, payload + l.vec_off, sizeof(float) * r->nq * dims);
         for (int q = 0; q < r->nq; q++)
         {
-            qk[q0 + q] = Min(Max(rk[q], 1), kmax);
-            qnp[q0 + q] = Max(rnp[q], 1);
-            npmax = Max(npmax, qnp[q0 + q]);
+            GroupQuery *g = &gq[nq++];
+
+            if (rk[q] < 1 || rk[q] > r->kmax || rnp[q] < 1 || rnp[q] > GPUIVF_CUDA_MAX_NPROBE ||
+                rrr[q] < 0 || rrr[q] > GPUIVF_CUDA_MAX_K)
+                elog(ERROR, "gpuivf GPU worker got a malformed search query (k %d of %d, nprobe %d, candidates %d)",
+                     rk[q], r->kmax, rnp[q], rrr[q]);
+            g->req = i;
+            g->pos = q;
+            g->k = rk[q];
+            g->nprobe = rnp[q];
+            g->candidates = stores_vectors ? Max(rk[q], rrr[q]) : 0;
         }
-        q0 += r->nq;
     }
+    qsort(gq, nq, sizeof(GroupQuery), CompareCandidates);
 
-    memset(&params, 0, sizeof(params));
-    params.k = kmax;
-    params.nprobe = npmax;
-    params.rerank_candidates = rerank;
-    /* per-list tables: ADC scores bit-identical to the CPU engine's */
-    params.lut_mode = GPUIVF_CUDA_LUT_PER_LIST;
-    params.query_k = qk;
-    params.query_nprobe = qnp;
-    INSTR_TIME_SET_CURRENT(t0);
-    GpuivfCheckCuda(GpuivfCuda.gpuivf_cuda_index_search(GpuivfCudaRes, ix->gindex, queries, nq,
-                                                        &params, dist, ids),
-                    "search a GPU index");
-    INSTR_TIME_SET_CURRENT(t1);
-    INSTR_TIME_SUBTRACT(t1, t0);
-    gpu_ms = INSTR_TIME_GET_MILLISEC(t1);
+    queries = (float *) palloc_extended(sizeof(float) * nq * dims, MCXT_ALLOC_HUGE);
+    qk = (int32 *) palloc(sizeof(int32) * nq);
+    qnp = (int32 *) palloc(sizeof(int32) * nq);
+    req_batch = (int *) palloc0(sizeof(int) * n);
+    req_gpu_ms = (double *) palloc0(sizeof(double) * n);
+    req_reranked = (int64 *) palloc0(sizeof(int64) * n);
 
-    pg_atomic_fetch_add_u64(&w->batches, 1);
-    pg_atomic_fetch_add_u64(&w->queries, (uint64) nq);
-    pg_atomic_fetch_add_u64(&w->gpu_us, (uint64) (gpu_ms * 1000.0));
+    for (int64 start = 0; start < nq;)
     {
-        uint64      cur = pg_atomic_read_u64(&w->max_batch);
+        int64       end = start;
+        int         kmax = 1;
+        int         npmax = 1;
+        int64       m;
+        gpuivf_cuda_search_params params;
+        instr_time  t0, t1;
+        double      gpu_ms;
 
-        while ((uint64) nq > cur &&
-               !pg_atomic_compare_exchange_u64(&w->max_batch, &cur, (uint64) nq))
-            ;
-    }
-
-    /* answers back into each request's payload */
-    q0 = 0;
-    for (int i = 0; i < n; i++)
-    {
-        GpuivfRequestSlot *r = &GpuivfShmem->slots[slotnos[i]];
-        char       *payload = GpuivfSlotPayload(slotnos[i]);
-        GpuivfSearchLayout l = GpuivfSearchPayloadLayout(r->nq, dims, r->kmax);
-        int32      *nhits = (int32 *) (payload + l.nhits_off);
-        uint64     *rids = (uint64 *) (payload + l.ids_off);
-        double     *rdist = (double *) (payload + l.dist_off);
-
-        for (int q = 0; q < r->nq; q++)
+        /* [start, end): the queries of one candidate count */
+        while (end < nq && gq[end].candidates == gq[start].candidates)
+            end++;
+        m = end - start;
+        for (int64 j = 0; j < m; j++)
         {
-            const uint64 *src_ids = ids + (q0 + q) * kmax;
-            const double *src_d = dist + (q0 + q) * kmax;
+            const GroupQuery *g = &gq[start + j];
+            GpuivfSearchLayout l = GpuivfSearchPayloadLayout(GpuivfShmem->slots[slotnos[g->req]].nq,
+                                                             dims,
+                                                             GpuivfShmem->slots[slotnos[g->req]].kmax);
+
+            memcpy(queries + j * dims,
+                   GpuivfSlotPayload(slotnos[g->req]) + l.vec_off + sizeof(float) * (Size) g->pos * dims,
+                   sizeof(float) * dims);
+            qk[j] = g->k;
+            qnp[j] = g->nprobe;
+            kmax = Max(kmax, g->k);
+            npmax = Max(npmax, g->nprobe);
+        }
+
+        dist = (double *) palloc_extended(sizeof(double) * m * kmax, MCXT_ALLOC_HUGE);
+        ids = (uint64 *) palloc_extended(sizeof(uint64) * m * kmax, MCXT_ALLOC_HUGE);
+        memset(&params, 0, sizeof(params));
+        params.k = kmax;
+        params.nprobe = npmax;
+        params.rerank_candidates = gq[start].candidates;
+        /* per-list tables: ADC scores bit-identical to the CPU engine's */
+        params.lut_mode = GPUIVF_CUDA_LUT_PER_LIST;
+        params.query_k = qk;
+        params.query_nprobe = qnp;
+        INSTR_TIME_SET_CURRENT(t0);
+        GpuivfCheckCuda(GpuivfCuda.gpuivf_cuda_index_search(GpuivfCudaRes, ix->gindex, queries, m,
+                                                            &params, dist, ids),
+                        "search a GPU index");
+        INSTR_TIME_SET_CURRENT(t1);
+        INSTR_TIME_SUBTRACT(t1, t0);
+        gpu_ms = INSTR_TIME_GET_MILLISEC(t1);
+
+        pg_atomic_fetch_add_u64(&w->batches, 1);
+        pg_atomic_fetch_add_u64(&w->queries, (uint64) m);
+        pg_atomic_fetch_add_u64(&w->gpu_us, (uint64) (gpu_ms * 1000.0));
+        {
+            uint64      cur = pg_atomic_read_u64(&w->max_batch);
+
+            while ((uint64) m > cur &&
+                   !pg_atomic_compare_exchange_u64(&w->max_batch, &cur, (uint64) m))
+                ;
+        }
+
+        /* answers back into each request's payload */
+        for (int64 j = 0; j < m; j++)
+        {
+            const GroupQuery *g = &gq[start + j];
+            GpuivfRequestSlot *r = &GpuivfShmem->slots[slotnos[g->req]];
+            char       *payload = GpuivfSlotPayload(slotnos[g->req]);
+            GpuivfSearchLayout l = GpuivfSearchPayloadLayout(r->nq, dims, r->kmax);
+            uint64     *rids = (uint64 *) (payload + l.ids_off) + (Size) g->pos * r->kmax;
+            double     *rdist = (double *) (payload + l.dist_off) + (Size) g->pos * r->kmax;
+            const uint64 *src_ids = ids + j * kmax;
+            const double *src_d = dist + j * kmax;
             int         got = 0;
 
-            for (int j = 0; j < qk[q0 + q] && got < r->kmax; j++)
+            for (int t = 0; t < g->k; t++)
             {
                 bool        dup = false;
 
-                if (src_ids[j] == UINT64_MAX)
+                if (src_ids[t] == UINT64_MAX)
                     break;
                 /* a heap TID twice (reuse during a load) is returned once */
-                for (int t = 0; t < got && !dup; t++)
-                    dup = rids[(Size) q * r->kmax + t] == src_ids[j];
+                for (int u = 0; u < got && !dup; u++)
+                    dup = rids[u] == src_ids[t];
                 if (dup)
                     continue;
-                rids[(Size) q * r->kmax + got] = src_ids[j];
-                rdist[(Size) q * r->kmax + got] = src_d[j];
+                rids[got] = src_ids[t];
+                rdist[got] = src_d[t];
                 got++;
             }
-            nhits[q] = got;
+            ((int32 *) (payload + l.nhits_off))[g->pos] = got;
+            req_batch[g->req] = Max(req_batch[g->req], (int) m);
+            /* each call of a request counts once towards its GPU time */
+            if (j == 0 || gq[start + j - 1].req != g->req)
+                req_gpu_ms[g->req] += gpu_ms;
+            /* the engine re-ranks the best `candidates` of the probed
+             * lists; the CPU would count fewer only when those lists hold
+             * fewer entries */
+            req_reranked[g->req] += Min((int64) g->candidates, ix->entries);
         }
-        q0 += r->nq;
+        pfree(dist);
+        pfree(ids);
+        start = end;
+    }
+
+    for (int i = 0; i < n; i++)
+    {
+        GpuivfRequestSlot *r = &GpuivfShmem->slots[slotnos[i]];
+
         r->result = GPUIVF_RESULT_OK;
-        r->batch_size = (int) nq;
-        r->gpu_ms = gpu_ms;
+        r->batch_size = req_batch[i];
+        r->gpu_ms = req_gpu_ms[i];
+        r->reranked = req_reranked[i];
     }
     PublishCache();
 }

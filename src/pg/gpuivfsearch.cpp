@@ -572,119 +572,127 @@ GpuivfSearchBatchCpu(Relation index, int nq, const GpuivfQuery *queries,
 }
 
 /*
- * One engine call of the worker path: the queries listed in which[0..n)
- * (all with the same candidate count and rerank).  Returns false when the
- * worker declined; under gpuivf.device = gpu that is an error.
- */
-static bool
-SearchGroupOnWorker(Relation index, const GpuivfQuery *queries, const int *which, int n,
-                    GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats)
-{
-    GpuivfQuery *sub = (GpuivfQuery *) palloc(sizeof(GpuivfQuery) * n);
-    GpuivfHit **subhits = (GpuivfHit **) palloc0(sizeof(GpuivfHit *) * n);
-    int        *subn = (int *) palloc0(sizeof(int) * n);
-    GpuivfSearchStats st;
-
-    for (int i = 0; i < n; i++)
-        sub[i] = queries[which[i]];
-    memset(&st, 0, sizeof(st));
-    if (!GpuivfWorkerSearch(index, n, sub, subhits, subn, &st))
-    {
-        if (gpuivf_device == GPUIVF_DEVICE_GPU)
-            ereport(ERROR,
-                    (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                     errmsg("gpuivf.device is set to \"gpu\" but the GPU worker cannot answer this search of index \"%s\"",
-                            RelationGetRelationName(index)),
-                     errdetail("The GPU engine does not take exact scans, untrained or temporary indexes, or more than 1024 rows, candidates or probes."),
-                     errhint("Set gpuivf.device to \"auto\" to answer such searches on the CPU.")));
-        return false;
-    }
-    for (int i = 0; i < n; i++)
-    {
-        hits[which[i]] = subhits[i];
-        nhits[which[i]] = subn[i];
-    }
-    stats->on_gpu = stats->on_gpu || st.on_gpu;
-    stats->batch_size = Max(stats->batch_size, Max(st.batch_size, n));
-    stats->queue_ms += st.queue_ms;
-    stats->gpu_ms += st.gpu_ms;
-    stats->reranked += st.reranked;
-    pfree(sub);
-    pfree(subhits);
-    pfree(subn);
-    return true;
-}
-
-/* Same engine call for the worker: same candidate count and rerank. */
-static inline bool
-SameGroup(const GpuivfQuery *a, const GpuivfQuery *b)
-{
-    return a->rerank == b->rerank && Max(a->k, a->rerank) == Max(b->k, b->rerank);
-}
-
-/*
- * Answers nq queries of one index (gpuivf.h): the GPU worker when
- * gpuivf.device is not cpu and a worker is up, else the CPU.  Every query's
- * vector must have the index's dims (the callers check it).
+ * Answers nq queries of one index (gpuivf.h): on the GPU worker when
+ * gpuivf.device is not cpu and a worker is up, else on the CPU.  Every
+ * query's vector must have the index's dims (the callers check it).
  *
- * The worker selects one candidate count per request, so queries are sent in
- * groups of equal max(k, rerank) and rerank: a query's answer must not depend
- * on its batch (a batched join equals its nested loop only so).  Groups the
- * worker declines are answered on the CPU under gpuivf.device = auto.
+ * Routing, query by query:
+ *   CPU by design   a temporary or untrained index, exact mode (nprobe
+ *                   covering every list of an index with stored vectors),
+ *                   nothing to find: the CPU's exact scan or nothing, under
+ *                   every setting (the GPU engine has no exact path over
+ *                   pages, and cannot read a backend's local buffers); not
+ *                   counted as CPU fallbacks;
+ *   over a limit    k, candidates or nprobe above the GPU engine's 1024:
+ *                   an ERROR naming the limit under gpu, the CPU under auto
+ *                   (counted in gpuivf_stat.cpu_fallbacks);
+ *   the GPU         everything else, all in one GpuivfWorkerSearch (each
+ *                   query keeps its own k, nprobe and rerank there); when
+ *                   that declines (no ready worker, a worker failure) the
+ *                   CPU answers under auto (counted there), gpu raises.
+ * A query's answer never depends on the batch it rode in: both engines
+ * compute it alone (a batched join equals its nested loop only so).
  */
 void
 GpuivfSearchBatch(Relation index, int nq, const GpuivfQuery *queries,
                   GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats)
 {
+    GpuivfMetaPageData meta;
+    bool        temp;
+    int        *gpu_which;
+    int        *cpu_which;
+    int         ngpu = 0;
+    int         ncpu = 0;
+    int64       over_limit = 0;
+
     memset(stats, 0, sizeof(GpuivfSearchStats));
     if (nq <= 0)
         return;
     GpuivfCheckDevice();
-    if (gpuivf_device != GPUIVF_DEVICE_CPU && GpuivfWorkerAvailable())
+    if (gpuivf_device == GPUIVF_DEVICE_CPU)
     {
-        bool       *done = (bool *) palloc0(sizeof(bool) * nq);
-        int        *which = (int *) palloc(sizeof(int) * nq);
-        int        *left = (int *) palloc(sizeof(int) * nq);
-        int         nleft = 0;
-
-        for (int i = 0; i < nq; i++)
-        {
-            int         n = 0;
-
-            if (done[i])
-                continue;
-            for (int j = i; j < nq; j++)
-                if (!done[j] && SameGroup(&queries[i], &queries[j]))
-                {
-                    which[n++] = j;
-                    done[j] = true;
-                }
-            if (!SearchGroupOnWorker(index, queries, which, n, hits, nhits, stats))
-                for (int j = 0; j < n; j++)
-                    left[nleft++] = which[j];
-        }
-        if (nleft > 0)
-        {
-            /* what the worker declined: the CPU, as one batch */
-            GpuivfQuery *sub = (GpuivfQuery *) palloc(sizeof(GpuivfQuery) * nleft);
-            GpuivfHit **subhits = (GpuivfHit **) palloc0(sizeof(GpuivfHit *) * nleft);
-            int        *subn = (int *) palloc0(sizeof(int) * nleft);
-            GpuivfSearchStats st;
-
-            for (int i = 0; i < nleft; i++)
-                sub[i] = queries[left[i]];
-            GpuivfSearchBatchCpu(index, nleft, sub, subhits, subn, &st);
-            for (int i = 0; i < nleft; i++)
-            {
-                hits[left[i]] = subhits[i];
-                nhits[left[i]] = subn[i];
-            }
-            stats->reranked += st.reranked;
-            stats->batch_size = Max(stats->batch_size, nleft);
-        }
+        GpuivfSearchBatchCpu(index, nq, queries, hits, nhits, stats);
         return;
     }
-    GpuivfSearchBatchCpu(index, nq, queries, hits, nhits, stats);
+
+    GpuivfReadMeta(index, &meta);
+    temp = index->rd_rel->relpersistence == RELPERSISTENCE_TEMP;
+    gpu_which = (int *) palloc(sizeof(int) * nq);
+    cpu_which = (int *) palloc(sizeof(int) * nq);
+    for (int i = 0; i < nq; i++)
+    {
+        const GpuivfQuery *q = &queries[i];
+
+        if (temp || meta.dims == 0 || q->vector == NULL || q->k < 1 ||
+            GpuivfQueryIsExact(&meta, q))
+            cpu_which[ncpu++] = i;
+        else if (GpuivfGpuLimitExceeded(q) != NULL)
+        {
+            if (gpuivf_device == GPUIVF_DEVICE_GPU)
+                GpuivfRaiseGpuLimit(index, q);
+            cpu_which[ncpu++] = i;
+            over_limit++;
+        }
+        else
+            gpu_which[ngpu++] = i;
+    }
+    GpuivfCountCpuFallbacks(-1, over_limit);
+
+    if (ngpu > 0)
+    {
+        GpuivfQuery *sub = (GpuivfQuery *) palloc(sizeof(GpuivfQuery) * ngpu);
+        GpuivfHit **subhits = (GpuivfHit **) palloc0(sizeof(GpuivfHit *) * ngpu);
+        int        *subn = (int *) palloc0(sizeof(int) * ngpu);
+        GpuivfSearchStats st;
+
+        for (int i = 0; i < ngpu; i++)
+            sub[i] = queries[gpu_which[i]];
+        memset(&st, 0, sizeof(st));
+        /* false: the CPU answers (auto; counted inside), gpu has raised */
+        if (GpuivfWorkerSearch(index, ngpu, sub, subhits, subn, &st))
+        {
+            for (int i = 0; i < ngpu; i++)
+            {
+                hits[gpu_which[i]] = subhits[i];
+                nhits[gpu_which[i]] = subn[i];
+            }
+            *stats = st;
+        }
+        else
+        {
+            for (int i = 0; i < ngpu; i++)
+                cpu_which[ncpu++] = gpu_which[i];
+        }
+        pfree(sub);
+        pfree(subhits);
+        pfree(subn);
+    }
+
+    if (ncpu == nq)
+        GpuivfSearchBatchCpu(index, nq, queries, hits, nhits, stats);
+    else if (ncpu > 0)
+    {
+        GpuivfQuery *sub = (GpuivfQuery *) palloc(sizeof(GpuivfQuery) * ncpu);
+        GpuivfHit **subhits = (GpuivfHit **) palloc0(sizeof(GpuivfHit *) * ncpu);
+        int        *subn = (int *) palloc0(sizeof(int) * ncpu);
+        GpuivfSearchStats st;
+
+        for (int i = 0; i < ncpu; i++)
+            sub[i] = queries[cpu_which[i]];
+        GpuivfSearchBatchCpu(index, ncpu, sub, subhits, subn, &st);
+        for (int i = 0; i < ncpu; i++)
+        {
+            hits[cpu_which[i]] = subhits[i];
+            nhits[cpu_which[i]] = subn[i];
+        }
+        stats->reranked += st.reranked;
+        stats->batch_size = Max(stats->batch_size, ncpu);
+        pfree(sub);
+        pfree(subhits);
+        pfree(subn);
+    }
+    pfree(gpu_which);
+    pfree(cpu_which);
 }
 
 /* ------------------------------------------------------ round-1 query */

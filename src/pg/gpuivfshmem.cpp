@@ -110,6 +110,7 @@ ShmemStartupHook(void)
             pg_atomic_init_u64(&w->refreshes, 0);
             pg_atomic_init_u64(&w->evictions, 0);
             pg_atomic_init_u64(&w->builds, 0);
+            pg_atomic_init_u64(&w->exact_knn, 0);
         }
         for (int i = 0; i < MaxBackends; i++)
             SpinLockInit(&GpuivfShmem->slots[i].mutex);
@@ -470,13 +471,10 @@ GpuivfFinishRequest(int worker, int slotno)
     GpuivfWorkerSlot *me = &GpuivfShmem->workers[worker];
 
     pg_atomic_fetch_add_u64(&me->requests, 1);
+    /* cpu_fallbacks are counted by the backend, which alone knows whether
+     * it answers on the CPU (auto) or raises the error (gpu) */
     if (slot->result != GPUIVF_RESULT_OK)
-    {
-        if (slot->fallback_ok)
-            pg_atomic_fetch_add_u64(&me->cpu_fallbacks, 1);
-        else
-            pg_atomic_fetch_add_u64(&me->errors, 1);
-    }
+        pg_atomic_fetch_add_u64(&me->errors, 1);
     if (slot->taken_at > slot->submitted_at)
         pg_atomic_fetch_add_u64(&me->queue_us, (uint64) (slot->taken_at - slot->submitted_at));
 

@@ -16,10 +16,11 @@
  * again after bgw_restart_time.
  *
  * Batching: the worker takes every request waiting in the queue, groups them
- * by index, and makes one engine call per group.  Requests that arrive while
- * the GPU works wait in the queue and form the next batch, so batches grow
- * with the load and a lone query goes at once.  gpuivf.batch_delay (µs)
- * optionally waits before taking a batch.
+ * by index, and makes one engine call per group and candidate count (each
+ * query keeps its own k, nprobe and re-rank candidates).  Requests that
+ * arrive while the GPU works wait in the queue and form the next batch, so
+ * batches grow with the load and a lone query goes at once.
+ * gpuivf.batch_delay (µs) optionally waits before taking a batch.
  */
 #include "gpuivf.h"
 #include "gpuivfworker.h"
@@ -286,6 +287,7 @@ LoadEngine(char *why, Size whylen)
     GPUIVF_RESOLVE(gpuivf_cuda_index_remove);
     GPUIVF_RESOLVE(gpuivf_cuda_index_get_stats);
     GPUIVF_RESOLVE(gpuivf_cuda_index_search);
+    GPUIVF_RESOLVE(gpuivf_cuda_exact_knn);
 #undef GPUIVF_RESOLVE
     return true;
 }
@@ -372,14 +374,15 @@ SetWorkerState(GpuivfWorkerSlot *w, int state, const char *message)
     SpinLockRelease(&w->mutex);
 }
 
-/* Same search group: one engine call serves them all. */
+/* Same search group: searches of one index, served together (one engine
+ * call per candidate count, GpuivfServeSearchGroup). */
 static bool
 SameGroup(const GpuivfRequestSlot *a, const GpuivfRequestSlot *b)
 {
     return a->kind == GPUIVF_KIND_SEARCH && b->kind == GPUIVF_KIND_SEARCH &&
         a->dboid == b->dboid && RelFileNodeEquals(a->node, b->node) &&
         a->indexoid == b->indexoid && a->train_id == b->train_id &&
-        a->dims == b->dims && a->rerank == b->rerank && a->permanent == b->permanent;
+        a->dims == b->dims && a->permanent == b->permanent;
 }
 
 /*
@@ -397,6 +400,8 @@ ServeGroup(int worker, int *slotnos, int n, MemoryContext batchcxt)
         StartTransactionCommand();
         if (first->kind == GPUIVF_KIND_SEARCH)
             GpuivfServeSearchGroup(worker, slotnos, n);
+        else if (first->kind == GPUIVF_KIND_EXACT_KNN)
+            GpuivfServeExactKnn(worker, slotnos[0]);
         else
             GpuivfServeBuild(worker, slotnos[0]);
         CommitTransactionCommand();
@@ -687,6 +692,53 @@ GpuivfServeBuild(int worker, int slotno)
     r->result = GPUIVF_RESULT_OK;
 }
 
+/*
+ * EXACT_KNN: the exact top-kk of the request's queries among the base rows
+ * of its DSM segment (GpuivfExactKnnLayout), for ANALYZE's ground truth.
+ * The engine's exact_knn re-scores its GEMM shortlist with the CPU's exact
+ * functions, so scores and ties are those of core exact_knn.
+ */
+void
+GpuivfServeExactKnn(int worker, int slotno)
+{
+    GpuivfRequestSlot *r = &GpuivfShmem->slots[slotno];
+    int64       n = r->arg[0];
+    int         kk = (int) r->arg[1];
+    int64       batch_cap = r->arg[2];
+    int         d = r->dims;
+    int         nq = r->nq;
+    dsm_segment *seg;
+    char       *base;
+    GpuivfExactKnnLayout l;
+    gpuivf_cuda_status st;
+
+    if (nq < 1 || kk < 1 || kk > GPUIVF_CUDA_MAX_K || d < 1 || d > GPUIVF_CUDA_MAX_DIMS ||
+        n < 0 || n > batch_cap)
+        elog(ERROR, "gpuivf GPU worker got a malformed exact kNN request (%d queries, k %d, %d dimensions, %lld rows)",
+             nq, kk, d, (long long) n);
+    seg = dsm_attach(r->dsm);
+    if (seg == NULL)
+        ereport(ERROR,
+                (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                 errmsg("the data of an exact kNN request is gone")));
+    l = GpuivfExactKnnPayloadLayout(nq, d, kk, batch_cap);
+    if (dsm_segment_map_length(seg) < l.total)
+        elog(ERROR, "gpuivf GPU worker got an exact kNN request with a short data segment");
+    base = (char *) dsm_segment_address(seg);
+    GpuivfCheckCuda(GpuivfCuda.gpuivf_cuda_set_cancel_hook(GpuivfCudaRes, BuildCanceled, r),
+                    "set a cancel hook");
+    st = GpuivfCuda.gpuivf_cuda_exact_knn(GpuivfCudaRes, r->metric,
+                                          (const float *) (base + l.base_off), n,
+                                          (const float *) (base + l.queries_off), nq, d, kk, 0,
+                                          (float *) (base + l.scores_off),
+                                          (uint64_t *) (base + l.ids_off));
+    (void) GpuivfCuda.gpuivf_cuda_set_cancel_hook(GpuivfCudaRes, NULL, NULL);
+    GpuivfCheckCuda(st, "compute exact nearest neighbours");
+    dsm_detach(seg);
+    pg_atomic_fetch_add_u64(&GpuivfShmem->workers[worker].exact_knn, 1);
+    r->result = GPUIVF_RESULT_OK;
+}
+
 /* ------------------------------------------------------- gpuivf_stat */
 
 static const char *
@@ -723,8 +775,8 @@ gpuivf_stat(PG_FUNCTION_ARGS)
     for (int i = 0; i < GpuivfShmem->nworkers; i++)
     {
         GpuivfWorkerSlot *w = &GpuivfShmem->workers[i];
-        Datum       values[22];
-        bool        nulls[22];
+        Datum       values[23];
+        bool        nulls[23];
         int         state, pid, device, nindexes;
         int64       bytes;
         char        name[128];
@@ -776,11 +828,12 @@ gpuivf_stat(PG_FUNCTION_ARGS)
         values[c++] = Int64GetDatum((int64) pg_atomic_read_u64(&w->refreshes));
         values[c++] = Int64GetDatum((int64) pg_atomic_read_u64(&w->evictions));
         values[c++] = Int64GetDatum((int64) pg_atomic_read_u64(&w->builds));
+        values[c++] = Int64GetDatum((int64) pg_atomic_read_u64(&w->exact_knn));
         values[c] = CStringGetTextDatum(message);
         nulls[c++] = message[0] == '\0';
         values[c] = TimestampTzGetDatum(started);
         nulls[c++] = started == 0;
-        Assert(c == 22);
+        Assert(c == 23);
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
     }
     return (Datum) 0;

@@ -17,6 +17,10 @@
 
 #include "../../cuda/include/gpuivf_cuda.h"
 
+StaticAssertDecl(GPUIVF_GPU_MAX_K == GPUIVF_CUDA_MAX_K &&
+                 GPUIVF_GPU_MAX_NPROBE == GPUIVF_CUDA_MAX_NPROBE,
+                 "gpuivf.h's GPU limits are the engine's");
+
 #define GPUIVF_MAX_WORKERS          16      /* GPUs served by one cluster */
 #define GPUIVF_MAX_SHOWN_INDEXES    32      /* cached indexes listed per worker */
 #define GPUIVF_MESSAGE_LEN          256
@@ -66,12 +70,14 @@ typedef struct GpuivfWorkerSlot
     pg_atomic_uint64 max_batch;     /* most queries in one call */
     pg_atomic_uint64 queue_us;      /* sum over requests: submit -> taken */
     pg_atomic_uint64 gpu_us;        /* sum over batches: engine call time */
-    pg_atomic_uint64 errors;        /* requests answered with an error */
-    pg_atomic_uint64 cpu_fallbacks; /* requests handed back to the CPU */
+    pg_atomic_uint64 errors;        /* requests answered with an error (or "gone") */
+    pg_atomic_uint64 cpu_fallbacks; /* queries the CPU answered instead (counted by
+                                     * backends, gpuivf.device = auto) */
     pg_atomic_uint64 loads;         /* full index loads */
     pg_atomic_uint64 refreshes;     /* incremental catch-ups */
     pg_atomic_uint64 evictions;
     pg_atomic_uint64 builds;        /* CREATE INDEX work done here */
+    pg_atomic_uint64 exact_knn;     /* exact kNN requests (ANALYZE ground truth) */
 
     /* the cache, published after every change (under mutex) */
     int         nindexes;
@@ -93,7 +99,8 @@ typedef enum GpuivfRequestKind
 {
     GPUIVF_KIND_SEARCH = 1,     /* batched IVF-PQ search of one index */
     GPUIVF_KIND_TRAIN,          /* CREATE INDEX: k-means + PQ on a sample (DSM) */
-    GPUIVF_KIND_ENCODE          /* CREATE INDEX: lists + codes of a batch (DSM) */
+    GPUIVF_KIND_ENCODE,         /* CREATE INDEX: lists + codes of a batch (DSM) */
+    GPUIVF_KIND_EXACT_KNN       /* ANALYZE: exact top-k of queries among rows (DSM) */
 } GpuivfRequestKind;
 
 typedef enum GpuivfResultCode
@@ -132,10 +139,9 @@ typedef struct GpuivfRequestSlot
     int         dims;
     int         metric;         /* gpuivf::Metric (TRAIN / ENCODE) */
     int         nq;
-    int         kmax;           /* result stride */
-    int         rerank;         /* candidates re-ranked exactly, 0 = none */
-    dsm_handle  dsm;            /* TRAIN / ENCODE data */
-    int64       arg[4];         /* TRAIN / ENCODE parameters */
+    int         kmax;           /* result stride: the largest k of the queries */
+    dsm_handle  dsm;            /* TRAIN / ENCODE / EXACT_KNN data */
+    int64       arg[4];         /* TRAIN / ENCODE / EXACT_KNN parameters */
 
     /* the answer (written by the worker before DONE) */
     int         result;         /* GpuivfResultCode */
@@ -143,9 +149,10 @@ typedef struct GpuivfRequestSlot
     int         sqlerrcode;
     char        message[GPUIVF_MESSAGE_LEN];
     char        detail[GPUIVF_MESSAGE_LEN];
-    int         batch_size;
-    double      gpu_ms;
+    int         batch_size;     /* most queries of an engine call it rode in */
+    double      gpu_ms;         /* engine time of the calls it rode in */
     double      queue_ms;
+    int64       reranked;       /* candidates re-ranked exactly, all its queries */
 } GpuivfRequestSlot;
 
 typedef struct GpuivfShared
@@ -161,13 +168,15 @@ typedef struct GpuivfShared
 } GpuivfShared;
 
 /*
- * Search payload, in the slot's buffer: query k[nq] (int32), nprobe[nq]
- * (int32), vectors[nq * dims] (float4); then the answer: nhits[nq] (int32),
- * ids[nq * kmax] (uint64 heap TIDs), distances[nq * kmax] (float8).
+ * Search payload, in the slot's buffer: per query k[nq], nprobe[nq] and
+ * rerank[nq] (int32 each: GpuivfQuery's fields, so that every query keeps
+ * its own candidate count whatever it is batched with), vectors[nq * dims]
+ * (float4); then the answer: nhits[nq] (int32), ids[nq * kmax] (uint64 heap
+ * TIDs), distances[nq * kmax] (float8).
  */
 typedef struct GpuivfSearchLayout
 {
-    Size        k_off, nprobe_off, vec_off, nhits_off, ids_off, dist_off, total;
+    Size        k_off, nprobe_off, rerank_off, vec_off, nhits_off, ids_off, dist_off, total;
 } GpuivfSearchLayout;
 
 static inline GpuivfSearchLayout
@@ -179,6 +188,8 @@ GpuivfSearchPayloadLayout(int nq, int dims, int kmax)
     l.k_off = off;
     off += MAXALIGN(sizeof(int32) * nq);
     l.nprobe_off = off;
+    off += MAXALIGN(sizeof(int32) * nq);
+    l.rerank_off = off;
     off += MAXALIGN(sizeof(int32) * nq);
     l.vec_off = off;
     off += MAXALIGN(sizeof(float4) * (Size) nq * dims);
@@ -228,6 +239,7 @@ typedef struct GpuivfCudaApi
     GPUIVF_CUDA_FN(gpuivf_cuda_index_remove);
     GPUIVF_CUDA_FN(gpuivf_cuda_index_get_stats);
     GPUIVF_CUDA_FN(gpuivf_cuda_index_search);
+    GPUIVF_CUDA_FN(gpuivf_cuda_exact_knn);
 #undef GPUIVF_CUDA_FN
 } GpuivfCudaApi;
 
@@ -245,5 +257,37 @@ void        GpuivfGpuCacheInit(void);
 void        GpuivfGpuCacheReset(void);      /* drop everything (context lost) */
 void        GpuivfServeSearchGroup(int worker, int *slotnos, int n);
 void        GpuivfServeBuild(int worker, int slotno);
+/* gpuivfworker.cpp: EXACT_KNN (ANALYZE ground truth) */
+void        GpuivfServeExactKnn(int worker, int slotno);
+
+/*
+ * EXACT_KNN data, in the request's DSM segment: queries[nq * dims],
+ * base[batch_cap * dims] (float4), then the answer: scores[nq * kk]
+ * (float4, internal scores), ids[nq * kk] (uint64 base row numbers,
+ * UINT64_MAX padding).  arg[0] = rows in base, arg[1] = kk,
+ * arg[2] = batch_cap.
+ */
+typedef struct GpuivfExactKnnLayout
+{
+    Size        queries_off, base_off, scores_off, ids_off, total;
+} GpuivfExactKnnLayout;
+
+static inline GpuivfExactKnnLayout
+GpuivfExactKnnPayloadLayout(int nq, int dims, int kk, int64 batch_cap)
+{
+    GpuivfExactKnnLayout l;
+    Size        off = 0;
+
+    l.queries_off = off;
+    off += MAXALIGN(sizeof(float4) * (Size) nq * dims);
+    l.base_off = off;
+    off += MAXALIGN(sizeof(float4) * (Size) batch_cap * dims);
+    l.scores_off = off;
+    off += MAXALIGN(sizeof(float4) * (Size) nq * kk);
+    l.ids_off = off;
+    off += MAXALIGN(sizeof(uint64) * (Size) nq * kk);
+    l.total = off;
+    return l;
+}
 
 #endif                          /* GPUIVFWORKER_H */

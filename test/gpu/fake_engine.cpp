@@ -12,8 +12,9 @@
  * Test hooks (environment of the postmaster, inherited by the worker):
  *   GPUIVF_FAKE_DELAY_FILE=path  while path exists, every search first sleeps
  *                                the milliseconds written in it (a busy GPU)
- *   GPUIVF_FAKE_FAIL_FILE=path   when path exists, the next search fails with
- *                                a device error and the file is removed
+ *   GPUIVF_FAKE_FAIL_FILE=path   when path exists, the next search or exact
+ *                                kNN fails with a device error and the file
+ *                                is removed
  *   GPUIVF_FAKE_MEMORY_MB=n      "device memory" reported (default 1024)
  */
 #include <algorithm>
@@ -271,14 +272,14 @@ gpuivf_cuda_status gpuivf_cuda_index_get_stats(gpuivf_cuda_index *ix, gpuivf_cud
     return ok();
 }
 
-gpuivf_cuda_status gpuivf_cuda_index_search(gpuivf_cuda_resources *, gpuivf_cuda_index *ix, const float *queries,
-                                            int64_t nq, const gpuivf_cuda_search_params *p, double *out_distances,
-                                            uint64_t *out_ids) noexcept {
+/* The test hooks: a failure armed by GPUIVF_FAKE_FAIL_FILE (true: fail now),
+ * then the delay of GPUIVF_FAKE_DELAY_FILE. */
+static bool fail_or_delay() {
     const char *fail = getenv("GPUIVF_FAKE_FAIL_FILE");
     const char *delay_file = getenv("GPUIVF_FAKE_DELAY_FILE");
     if (fail && access(fail, F_OK) == 0) {
         unlink(fail);
-        return make_status(GPUIVF_CUDA_DEVICE_ERROR, "an illegal memory access was encountered (fake)");
+        return true;
     }
     if (delay_file) {
         FILE *f = fopen(delay_file, "r");
@@ -289,6 +290,29 @@ gpuivf_cuda_status gpuivf_cuda_index_search(gpuivf_cuda_resources *, gpuivf_cuda
         }
         if (ms > 0) usleep(static_cast<useconds_t>(ms) * 1000);
     }
+    return false;
+}
+
+/* Exact kNN: src/core's exact_knn is the GPU engine's reference (the engine
+ * re-scores its GEMM shortlist with the same functions). */
+gpuivf_cuda_status gpuivf_cuda_exact_knn(gpuivf_cuda_resources *res, int32_t metric, const float *base, int64_t n,
+                                         const float *queries, int64_t nq, int32_t d, int32_t k, int32_t,
+                                         float *out_scores, uint64_t *out_ids) noexcept {
+    if (fail_or_delay())
+        return make_status(GPUIVF_CUDA_DEVICE_ERROR, "an illegal memory access was encountered (fake)");
+    if (k < 1 || k > GPUIVF_CUDA_MAX_K || d < 1 || d > GPUIVF_CUDA_MAX_DIMS || n < 0 || nq < 0)
+        return make_status(GPUIVF_CUDA_INVALID_ARGUMENT, "exact_knn: k %d, d %d out of range", k, d);
+    if (nq == 0) return ok();
+    gpuivf::CancelHook hook{core_cancel, res};
+    return from_core(gpuivf::exact_knn(static_cast<Metric>(metric), base, n, queries, nq, d, k, out_scores,
+                                       out_ids, &hook));
+}
+
+gpuivf_cuda_status gpuivf_cuda_index_search(gpuivf_cuda_resources *, gpuivf_cuda_index *ix, const float *queries,
+                                            int64_t nq, const gpuivf_cuda_search_params *p, double *out_distances,
+                                            uint64_t *out_ids) noexcept {
+    if (fail_or_delay())
+        return make_status(GPUIVF_CUDA_DEVICE_ERROR, "an illegal memory access was encountered (fake)");
     if (p->k < 1 || p->k > GPUIVF_CUDA_MAX_K || p->rerank_candidates > GPUIVF_CUDA_MAX_K)
         return make_status(GPUIVF_CUDA_INVALID_ARGUMENT, "k %d or candidates %d out of range", p->k,
                            p->rerank_candidates);

@@ -7,6 +7,8 @@
 # shared_preload_libraries = 'gpuivf', and checks and measures:
 #   1. CREATE INDEX on the GPU worker vs on the CPU: time, both verify, recall;
 #   2. GPU vs CPU answers on the same index for NQ queries (top-10 ids);
+#      ANALYZE's calibration with the exact kNN (ground truth) on the GPU
+#      worker vs on the CPU: time, exact_knn requests, the same curve;
 #   3. recall@10 against exact results;
 #   4. a committed insert is found by the next query on the GPU;
 #   5. QPS and p50/p99 latency for 1/16/64 pgbench clients, device=gpu vs cpu,
@@ -88,7 +90,7 @@ sql "CREATE TABLE items (id bigint, v real[]);
      VACUUM ANALYZE items; VACUUM ANALYZE queries;" || exit 1
 
 # ------------------------------------------------------------ 1. builds
-wstat() { sql "SELECT queries || ' ' || batches || ' ' || gpu_time_ms || ' ' || builds || ' ' || cpu_fallbacks || ' ' || errors FROM gpuivf_stat WHERE worker = 0"; }
+wstat() { sql "SELECT queries || ' ' || batches || ' ' || gpu_time_ms || ' ' || builds || ' ' || cpu_fallbacks || ' ' || errors || ' ' || exact_knn FROM gpuivf_stat WHERE worker = 0"; }
 t0=$(date +%s.%N)
 sql "SET gpuivf.device = cpu; CREATE INDEX items_cpu ON items USING gpuivf (v) WITH (lists = $LISTS);" || exit 1
 t1=$(date +%s.%N)
@@ -133,6 +135,29 @@ sql_results gpu "$PROBES" "$W/r_gpu.txt"
 sql_results cpu "$PROBES" "$W/r_cpu.txt"
 GPU_CPU=$($PY "$W/gpuivf_device.py" compare "$W/r_gpu.txt" "$W/r_cpu.txt")
 say "GPU vs CPU, same index, nprobe $PROBES: $GPU_CPU"
+
+# ------------------------------------- 2b. ANALYZE calibration (exact kNN)
+# ANALYZE calibrates items_gpu (the only gpuivf index left): ground truth by
+# exact kNN on the worker under gpu, in the backend under cpu; the DEBUG1
+# line says where and how long each step took.
+calibrate() {        # device -> "seconds|calibration log line"
+	local t0 t1 line
+	t0=$(date +%s.%N)
+	line=$(sql "SET gpuivf.device = $1; SET client_min_messages = debug1; ANALYZE items;" 2>&1 | grep -o 'calibrated on .*' | head -1)
+	t1=$(date +%s.%N)
+	echo "$(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }")|$line"
+}
+curve() { sql "SELECT gpuivf_index_info('items_gpu') -> 'calibration' -> 'curve'"; }
+x0=$(wstat | awk '{print $7}')
+IFS='|' read -r CAL_GPU CAL_GPU_LOG <<< "$(calibrate gpu)"
+x1=$(wstat | awk '{print $7}')
+CURVE_GPU=$(curve)
+IFS='|' read -r CAL_CPU CAL_CPU_LOG <<< "$(calibrate cpu)"
+CURVE_CPU=$(curve)
+CAL_SAME=$([ -n "$CURVE_GPU" ] && [ "$CURVE_GPU" = "$CURVE_CPU" ] && echo yes || echo NO)
+CAL_INFO=$(sql "SELECT format('%s probes for recall %s', p ->> 'in_use', p ->> 'target_recall') FROM (SELECT gpuivf_index_info('items_gpu') -> 'probes' AS p) s")
+say "ANALYZE of items: gpu ${CAL_GPU}s (exact_knn requests $((x1 - x0)); $CAL_GPU_LOG)"
+say "ANALYZE of items: cpu ${CAL_CPU}s ($CAL_CPU_LOG); same curve: $CAL_SAME; $CAL_INFO"
 
 # ------------------------------------------------------------- 3. recall
 sql_results cpu "$LISTS" "$W/r_exact.txt" 200
@@ -203,6 +228,9 @@ echo "data                 $ROWS x $DIMS clustered, lists $LISTS, nprobe $PROBES
 echo "CREATE INDEX         cpu ${BUILD_CPU}s   gpu ${BUILD_GPU}s   verify: $VERIFY"
 echo "GPU- vs CPU-built    $BUILD_AGREE"
 echo "GPU vs CPU answers   $GPU_CPU"
+echo "ANALYZE calibration  gpu ${CAL_GPU}s (exact_knn requests $((x1 - x0)))   cpu ${CAL_CPU}s   same curve: $CAL_SAME"
+echo "  gpu: $CAL_GPU_LOG"
+echo "  cpu: $CAL_CPU_LOG"
 echo "recall@10 (GPU)      nprobe $PROBES: $RECALL   nprobe 32: $RECALL32"
 echo "insert then query    first id $FRESH (want -1); refreshes $r0 -> $r1"
 echo "kill -9 worker       clients: ${KILL_ERR:-no error seen}; new worker ${newstate:-none}; then GPU answer: $AFTER"

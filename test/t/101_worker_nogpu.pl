@@ -2,8 +2,10 @@
 # The GPU worker on a machine without a GPU (CI): with gpuivf preloaded the
 # worker starts, says once that it has no usable GPU and stays up (no crash
 # loop), gpuivf_stat shows it, gpuivf.device = auto answers on the CPU with
-# the same rows as cpu, gpuivf.device = gpu fails with a clear error, CREATE
-# INDEX runs on the CPU, and a terminated worker is started again.
+# the same rows as cpu (each query counted in gpuivf_stat.cpu_fallbacks:
+# a worker exists but cannot serve it), gpuivf.device = gpu fails with a
+# clear error, CREATE INDEX runs on the CPU, and a terminated worker is
+# started again.
 #
 # CUDA_VISIBLE_DEVICES is emptied for the server so that the worker has no
 # GPU even on a machine that has one.
@@ -86,9 +88,18 @@ sub answers
 	  for @queries;
 	return $node->safe_psql('postgres', $sql);
 }
+sub fallbacks
+{
+	return $node->safe_psql('postgres', 'SELECT cpu_fallbacks FROM gpuivf_stat WHERE worker = 0');
+}
+my $fb0 = fallbacks();
 my $auto = answers('auto');
+my $fb1 = fallbacks();
 my $cpu = answers('cpu');
 is($auto, $cpu, 'gpuivf.device = auto answers like cpu (ids and distances)');
+is($fb1 - $fb0, scalar(@queries),
+	'under auto each query answered on the CPU is a CPU fallback (the worker has no GPU)');
+is(fallbacks(), $fb1, 'under cpu none is counted');
 is(scalar(split /,/, (split /\n/, $auto)[0]), 10, 'and returns 10 rows');
 
 my ($ret, $out, $err) = $node->psql('postgres',

@@ -4,7 +4,16 @@
 # C interface implemented with src/core) instead of gpuivf_gpu.so, so that
 # everything around the GPU runs here:
 #  - CREATE INDEX trains and encodes through the worker, the index verifies;
+#  - ANALYZE's ground truth (exact kNN) is computed by the worker and gives
+#    the CPU's recall curve; a worker failure there is redone on the CPU;
 #  - scans answered by the worker equal the CPU's (ids and distances);
+#  - every query of a batch keeps its own k and candidates (a batched join
+#    with per-row LIMITs: one request, one engine call per candidate count,
+#    the nested loop's rows on the CPU, the same re-rank count);
+#  - gpuivf.device = gpu: exact, untrained and temporary-index searches run
+#    on the CPU; more probes than the engine takes is a precise ERROR;
+#  - gpuivf_stat.cpu_fallbacks counts exactly the queries answered on the
+#    CPU under auto because the worker could not serve them;
 #  - a committed insert is found by the next query (the GPU copy catches up),
 #    also after DELETE + VACUUM + inserts that reuse space;
 #  - concurrent clients are batched (mean batch size > 1) while "the GPU" is busy;
@@ -44,6 +53,7 @@ log_min_messages = log
 restart_after_crash = on
 max_connections = 40
 jit = off
+autovacuum = off
 ));
 
 sub poll_until
@@ -88,6 +98,27 @@ $node->safe_psql('postgres', q{
 cmp_ok(stat_value('builds'), '>=', 2, 'CREATE INDEX trained and encoded on the worker');
 $node->safe_psql('postgres', q{SELECT gpuivf_verify('items_v', true)});
 pass('the index the worker built verifies (heapallindexed)');
+cmp_ok(stat_value('exact_knn'), '>=', 1, 'CREATE INDEX calibrated with exact kNN on the worker');
+
+# ----------------------------------------- ANALYZE: ground truth on the GPU
+sub curve
+{
+	return $node->safe_psql('postgres',
+		"SELECT gpuivf_index_info('items_v') -> 'calibration' -> 'curve'");
+}
+my $x0 = stat_value('exact_knn');
+my ($rc, $out, $err) = $node->psql('postgres', 'SET client_min_messages = debug1; ANALYZE items');
+like($err, qr/calibrated on 200 queries: .* exact top-10 on the GPU/,
+	'ANALYZE computes the ground truth on the GPU worker');
+cmp_ok(stat_value('exact_knn'), '>', $x0, 'gpuivf_stat.exact_knn counts its requests');
+my $curve_gpu = curve();
+$x0 = stat_value('exact_knn');
+($rc, $out, $err) = $node->psql('postgres',
+	'SET gpuivf.device = cpu; SET client_min_messages = debug1; ANALYZE items');
+like($err, qr/exact top-10 on the CPU/, 'under gpuivf.device = cpu ANALYZE stays on the CPU');
+is(stat_value('exact_knn'), $x0, 'and asks the worker nothing');
+like($curve_gpu, qr/"recall"/, 'the curve is there');
+is(curve(), $curve_gpu, 'GPU and CPU ANALYZE measure the same recall curve');
 
 # ------------------------------------------------- GPU answers = CPU
 my @ids = (1, 100, 999, 2500, 4999, 3333, 42, 4242);
@@ -110,6 +141,99 @@ cmp_ok(stat_value('queries'), '>=', $before + scalar(@ids), 'the worker searched
 is($gpu, answers('cpu'), 'GPU-worker answers equal the CPU answers (ids and distances)');
 is($node->safe_psql('postgres', "SELECT gpuivf_index_info('items_v') -> 'gpu_cache' -> 0 ->> 'worker'"),
 	'0', 'gpuivf_index_info says worker 0 holds the index');
+
+# ------------------------------------- per-query k and candidates in a batch
+# One batched join whose rows ask for different LIMITs: candidates are
+# max(k, 200), so 200, 250 and 400 here.
+$node->safe_psql('postgres', q{
+	CREATE TABLE qs (qid int, k int, q real[]);
+	INSERT INTO qs SELECT n, (ARRAY[3, 10, 250, 400, 10, 3])[n], v
+	FROM items JOIN generate_series(1, 6) n ON items.id = n * 611;
+	ANALYZE qs;
+});
+my $join = q{SELECT string_agg(q.qid || ':' || n.id || ':' || n.dist, ',' ORDER BY q.qid, n.dist, n.id)
+	FROM qs q CROSS JOIN LATERAL (
+	  SELECT i.id, i.v <-> q.q AS dist FROM items i ORDER BY i.v <-> q.q LIMIT q.k) n};
+sub counters
+{
+	return split /\|/, $node->safe_psql('postgres',
+		'SELECT requests, queries, batches, cpu_fallbacks FROM gpuivf_stat WHERE worker = 0');
+}
+like($node->safe_psql('postgres', "SET gpuivf.device = gpu; $knn EXPLAIN (COSTS OFF) $join"),
+	qr/GpuivfBatchKnn/, 'the join with per-row LIMITs is batched');
+my @c0 = counters();
+my $join_gpu = $node->safe_psql('postgres', "SET gpuivf.device = gpu; $knn $join");
+my @c1 = counters();
+is($c1[0] - $c0[0], 1, 'its 6 searches went to the worker in one request');
+is($c1[1] - $c0[1], 6, 'with 6 queries');
+is($c1[2] - $c0[2], 3, 'searched in one engine call per candidate count (200, 250, 400)');
+is($join_gpu,
+	$node->safe_psql('postgres', "SET gpuivf.device = cpu; SET gpuivf.enable_batch_join = off; $knn $join"),
+	'each query keeps its own k and candidates: GPU batch = CPU nested loop');
+my $reranked = sub {
+	my ($device) = @_;
+	my $plan = $node->safe_psql('postgres',
+		"SET gpuivf.device = $device; $knn EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) $join");
+	return $plan =~ /Re-ranked: (\d+)/ ? $1 : "none in:\n$plan";
+};
+is($reranked->('gpu'), 1450, 'EXPLAIN shows the candidates re-ranked on the GPU (200+200+250+400+200+200)');
+is($reranked->('cpu'), 1450, 'the same count as on the CPU');
+
+# ------------------------------------------ what the GPU does not take
+# exact searches (every list of an index with stored vectors), untrained and
+# temporary indexes run on the CPU under gpuivf.device = gpu, and are not
+# CPU fallbacks; more probes than the engine takes is an ERROR under gpu
+# and a counted CPU fallback under auto
+my $exact_sql = "SELECT string_agg(id || ':' || d, ',') FROM (SELECT id, v <-> '$vecs[0]' AS d"
+  . " FROM items ORDER BY v <-> '$vecs[0]' LIMIT 10) s";
+@c0 = counters();
+is( $node->safe_psql('postgres', "SET gpuivf.device = gpu; $knn SET gpuivf.probes = 32; $exact_sql"),
+	$node->safe_psql('postgres', "SET gpuivf.device = cpu; SET enable_indexscan = off; $exact_sql"),
+	'gpu: probing every list is the exact scan, answered on the CPU (= sequential scan)');
+$node->safe_psql('postgres', q{
+	CREATE TABLE fresh (id int, v real[]);
+	CREATE INDEX fresh_v ON fresh USING gpuivf (v);
+	INSERT INTO fresh SELECT id, v FROM items WHERE id <= 300;
+});
+my $fresh_sql = $exact_sql =~ s/FROM items/FROM fresh/r;
+is( $node->safe_psql('postgres', "SET gpuivf.device = gpu; $knn $fresh_sql"),
+	$node->safe_psql('postgres', "SET gpuivf.device = cpu; SET enable_indexscan = off; $fresh_sql"),
+	'gpu: an untrained index is searched exactly on the CPU');
+my $temp_sql = $exact_sql =~ s/FROM items/FROM tmp_items/r;
+my @temp = split /\n/, $node->safe_psql('postgres',
+	"SET client_min_messages = warning; CREATE TEMP TABLE tmp_items AS SELECT * FROM items WHERE id <= 2000;"
+	  . " CREATE INDEX ON tmp_items USING gpuivf (v) WITH (lists = 8);"
+	  . " SET gpuivf.device = gpu; $knn SET gpuivf.probes = 2; $temp_sql;"
+	  . " SET gpuivf.device = cpu; $temp_sql");
+is(scalar(@temp), 2, 'gpu: a temporary index is searched (on the CPU)');
+is($temp[0], $temp[1], 'with the CPU answer');
+@c1 = counters();
+is($c1[1] - $c0[1], 0, 'none of these reached the worker');
+is($c1[3] - $c0[3], 0, 'and none counts as a CPU fallback');
+
+$node->safe_psql('postgres', q{
+	CREATE TABLE wide (id int, v real[]);
+	INSERT INTO wide SELECT id, v FROM items WHERE id <= 2500;
+	SET client_min_messages = warning;
+	CREATE INDEX wide_v ON wide USING gpuivf (v) WITH (lists = 1100);
+});
+my $wide_sql = $exact_sql =~ s/FROM items/FROM wide/r;
+($rc, $out, $err) = $node->psql('postgres', "SET gpuivf.device = gpu; $knn SET gpuivf.probes = 1050; $wide_sql");
+like($err, qr/ERROR:  search of index "wide_v" probes 1050 lists, more than the 1024 the GPU engine probes/,
+	'gpu: more probes than the GPU engine takes is a precise error');
+like($err, qr/HINT:  Set gpuivf.probes to 1024 or less/, 'with a HINT');
+($rc, $out, $err) = $node->psql('postgres',
+	"SET gpuivf.device = gpu; $knn SET gpuivf.probes = 1050; DO \$\$ BEGIN"
+	  . " PERFORM id FROM wide ORDER BY v <-> '$vecs[0]' LIMIT 1;"
+	  . " EXCEPTION WHEN program_limit_exceeded THEN RAISE NOTICE 'sqlstate 54000'; END \$\$;");
+like($err, qr/sqlstate 54000/, 'SQLSTATE 54000 (program_limit_exceeded)');
+@c0 = counters();
+is( $node->safe_psql('postgres', "SET gpuivf.device = auto; $knn SET gpuivf.probes = 1050; $wide_sql"),
+	$node->safe_psql('postgres', "SET gpuivf.device = cpu; $knn SET gpuivf.probes = 1050; $wide_sql"),
+	'auto: such a search is answered on the CPU');
+@c1 = counters();
+is($c1[3] - $c0[3], 1, 'and counted as one CPU fallback');
+is($c1[1] - $c0[1], 0, 'without asking the worker');
 
 # ------------------------------------------------------ never stale
 # the query vector of the rest: row 4242's, which a new row -1 copies
@@ -146,7 +270,7 @@ SET gpuivf.probes = 6;
 SET enable_seqscan = off;
 SELECT id FROM items ORDER BY v <-> (SELECT v FROM items WHERE id = :id LIMIT 1) LIMIT 5;
 } });
-my ($rc, $out, $err) = finish_pgbench($bench);
+($rc, $out, $err) = finish_pgbench($bench);
 is($rc, 0, 'pgbench with 8 clients on the GPU worker succeeds') or diag $err;
 set_delay(0);
 my ($q1, $b1) = split /\|/, $node->safe_psql('postgres', 'SELECT queries, batches FROM gpuivf_stat');
@@ -173,6 +297,20 @@ is( $node->safe_psql('postgres',
 		"SET gpuivf.device = gpu; $knn SELECT count(*) FROM (SELECT id FROM items ORDER BY v <-> $q LIMIT 7) s"),
 	'7', 'afterwards the worker answers again');
 
+# ------------------------------------- ANALYZE when the worker fails
+$node->safe_psql('postgres', 'SET gpuivf.device = cpu; ANALYZE items');
+my $curve_cpu = curve();
+my $cpid = stat_value('pid');
+my $fb0 = stat_value('cpu_fallbacks');
+PostgreSQL::Test::Utils::append_to_file($fail_file, 'x');
+($rc, $out, $err) = $node->psql('postgres', 'SET client_min_messages = debug1; ANALYZE items');
+is($rc, 0, 'ANALYZE succeeds when the worker fails its exact kNN (device error, auto)');
+like($err, qr/exact top-10 on the CPU/, 'the CPU computed the ground truth instead');
+cmp_ok(stat_value('cpu_fallbacks'), '>', $fb0, 'counted as a CPU fallback');
+is(curve(), $curve_cpu, 'the curve is the one the CPU measures');
+is(poll_until("SELECT state FROM gpuivf_stat WHERE worker = 0 AND pid <> $cpid", 'ready'),
+	'ready', 'the worker restarted after that device error');
+
 # ------------------------------------------------------ device error
 my $pid = stat_value('pid');
 PostgreSQL::Test::Utils::append_to_file($fail_file, 'x');
@@ -181,6 +319,7 @@ is( $node->safe_psql('postgres',
 		"SET gpuivf.device = auto; $knn SELECT id FROM items ORDER BY v <-> $q LIMIT 1"),
 	'-1',
 	'a device error under auto: the CPU answers');
+is(stat_value('cpu_fallbacks'), $fallbacks + 1, 'counted as one CPU fallback');
 my $newpid = '';
 for (1 .. 150)
 {
@@ -203,9 +342,11 @@ sleep 1;
 ($rc, $out, $err) = $node->psql('postgres',
 	"SET gpuivf.device = gpu; $knn SELECT id FROM items ORDER BY v <-> $q LIMIT 1");
 like($err, qr/needs about \d+ MB of GPU memory/, 'an index above gpuivf.gpu_memory_limit: clear error under gpu');
+$fallbacks = stat_value('cpu_fallbacks');
 is( $node->safe_psql('postgres',
 		"$knn SELECT id FROM items ORDER BY v <-> $q LIMIT 1"),
 	'-1', 'and the CPU answers under auto');
+is(stat_value('cpu_fallbacks'), $fallbacks + 1, 'counted as one CPU fallback');
 $node->safe_psql('postgres', "ALTER SYSTEM RESET gpuivf.gpu_memory_limit; SELECT pg_reload_conf()");
 sleep 1;
 
