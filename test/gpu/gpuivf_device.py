@@ -9,6 +9,8 @@
                               sets, and the max distance difference
   recall RESULT TRUTH         recall@k of RESULT against TRUTH (same format)
   latency LOGPREFIX           p50 / p99 / mean latency (ms) from pgbench -l logs
+  truth GT.ivecs DIST.fvecs N ground truth (gpuivf_gt output) of the first N
+                              queries in the same "qid|{ids}|{distances}" format
 """
 import glob
 import struct
@@ -110,6 +112,20 @@ def latency(prefix):
     print('p50=%.3f p99=%.3f mean=%.3f n=%d' % (np.percentile(a, 50), np.percentile(a, 99), a.mean(), len(a)))
 
 
+def read_vecs(path, dtype):
+    raw = np.fromfile(path, dtype=np.int32)
+    dim = raw[0]
+    return raw.reshape(-1, dim + 1)[:, 1:].copy().view(dtype)
+
+
+def truth(gt_path, dist_path, n):
+    ids = read_vecs(gt_path, np.int32)
+    dist = read_vecs(dist_path, np.float32)
+    for q in range(min(n, len(ids))):
+        print('%d|{%s}|{%s}' % (q, ','.join(str(i) for i in ids[q]),
+                                ','.join(repr(float(x)) for x in dist[q])))
+
+
 if __name__ == '__main__':
     cmd = sys.argv[1]
     if cmd == 'gen':
@@ -120,3 +136,5 @@ if __name__ == '__main__':
         recall(sys.argv[2], sys.argv[3])
     elif cmd == 'latency':
         latency(sys.argv[2])
+    elif cmd == 'truth':
+        truth(sys.argv[2], sys.argv[3], int(sys.argv[4]))

@@ -57,7 +57,17 @@ sql() { printf '%s\n' "$1" > "$W/q.sql"; chown "$PGUSER_OS" "$W/q.sql"; as_pg "p
 sqlf() { chown "$PGUSER_OS" "$1"; as_pg "psql -X -q -At -v ON_ERROR_STOP=1 -f $1"; }
 
 say "data: $ROWS x $DIMS, $NQ queries"
-$PY "$W/gpuivf_device.py" gen "$W" "$ROWS" "$DIMS" "$NQ" || exit 1
+if [ -n "${GEN:-}" ]; then
+	# realistic clustered data (test/tools/gpuivf_gen, the recipe of
+	# shared/data/README.md) and exact ground truth (test/tools/gpuivf_gt)
+	"$GEN" --rows "$ROWS" --dims "$DIMS" --queries "$NQ" --base "$W/base.bin" --base "$W/base.fvecs" \
+		--query "$W/queries.bin" --query "$W/queries.fvecs" >/dev/null || exit 1
+	"${GT:-$(dirname "$GEN")/gpuivf_gt}" --base "$W/base.fvecs" --query "$W/queries.fvecs" --out "$W/gt.ivecs" \
+		--dist "$W/gt_dist.fvecs" --k 10 >/dev/null || exit 1
+	rm -f "$W/base.fvecs"
+else
+	$PY "$W/gpuivf_device.py" gen "$W" "$ROWS" "$DIMS" "$NQ" || exit 1
+fi
 chown -R "$PGUSER_OS" "$W"
 
 mkdir -p "$W/data" && chown "$PGUSER_OS" "$W/data"
@@ -85,7 +95,7 @@ say "worker: $(sql "SELECT worker || ' ' || state || ' ' || coalesce(device_name
 
 sql "CREATE TABLE items (id bigint, v real[]);
      COPY items FROM '$W/base.bin' WITH (FORMAT binary);
-     CREATE TABLE queries (qid int PRIMARY KEY, v real[]);
+     CREATE TABLE queries (qid bigint PRIMARY KEY, v real[]);
      COPY queries FROM '$W/queries.bin' WITH (FORMAT binary);
      VACUUM ANALYZE items; VACUUM ANALYZE queries;" || exit 1
 
@@ -160,7 +170,11 @@ say "ANALYZE of items: gpu ${CAL_GPU}s (exact_knn requests $((x1 - x0)); $CAL_GP
 say "ANALYZE of items: cpu ${CAL_CPU}s ($CAL_CPU_LOG); same curve: $CAL_SAME; $CAL_INFO"
 
 # ------------------------------------------------------------- 3. recall
-sql_results cpu "$LISTS" "$W/r_exact.txt" 200
+if [ -f "$W/gt.ivecs" ]; then
+	$PY "$W/gpuivf_device.py" truth "$W/gt.ivecs" "$W/gt_dist.fvecs" 200 > "$W/r_exact.txt"
+else
+	sql_results cpu "$LISTS" "$W/r_exact.txt" 200
+fi
 head -200 "$W/r_gpu.txt" > "$W/r_gpu200.txt"
 RECALL=$($PY "$W/gpuivf_device.py" recall "$W/r_gpu200.txt" "$W/r_exact.txt")
 sql_results gpu 32 "$W/r_gpu32.txt" 200
@@ -199,6 +213,12 @@ for dev in gpu cpu; do
 	done
 done
 
+# every worker's share of the work so far (replication over several GPUs:
+# each worker keeps its own copy of the index and takes requests from the
+# one queue)
+PER_WORKER=$(sql "SELECT string_agg(format('worker %s (GPU %s): %s queries in %s batches, %s indexes cached', worker, device, queries, batches, indexes_cached), '; ' ORDER BY worker) FROM gpuivf_stat")
+say "per worker: $PER_WORKER"
+
 # ------------------------------------------------------------ 6. kill -9
 pid=$(sql "SELECT pid FROM gpuivf_stat WHERE worker = 0")
 as_pg "PGOPTIONS='-c gpuivf.device=gpu -c gpuivf.probes=$PROBES' pgbench -n -c 8 -j 8 -T 5 -f $W/knn.sql postgres" > "$W/pgbench_kill.log" 2>&1 &
@@ -234,6 +254,7 @@ echo "  cpu: $CAL_CPU_LOG"
 echo "recall@10 (GPU)      nprobe $PROBES: $RECALL   nprobe 32: $RECALL32"
 echo "insert then query    first id $FRESH (want -1); refreshes $r0 -> $r1"
 echo "kill -9 worker       clients: ${KILL_ERR:-no error seen}; new worker ${newstate:-none}; then GPU answer: $AFTER"
+echo "workers              $PER_WORKER"
 echo "pgbench (device clients tps p50/p99 ms, batch = mean queries per GPU call):"
 sed 's/^/  /' "$W/bench.txt"
 grep -E "gpuivf gpu worker" "$W/server.log" | grep -vE "statement:" | head -8
