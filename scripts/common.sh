@@ -20,6 +20,7 @@ GPUIVF_PACKAGES=(
 	build-essential cmake pkg-config perl
 	"postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" "postgresql-client-$PG_MAJOR"
 	libopenblas-dev libgtest-dev libbenchmark-dev libipc-run-perl
+	python3-matplotlib  # test/bench plots (the benchmark skips them, visibly, without it)
 )
 
 say() { printf '\n=== %s\n' "$*"; }

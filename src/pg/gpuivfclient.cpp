@@ -213,6 +213,246 @@ GpuivfRaiseGpuLimit(Relation index, const GpuivfQuery *query)
                      GPUIVF_GPU_MAX_K)));
 }
 
+/* ----------------------------------------------------- sharded search */
+
+/*
+ * Shards a search of an index of meta's shape uses (gpuivfworker.h,
+ * "Sharding"): gpuivf.shards when it is 2 or more (at most one per
+ * worker); under 0 (auto) the fewest that make one shard's copy fit the
+ * smallest gpuivf.gpu_memory_limit of the ready workers; 1 otherwise.
+ */
+static int
+ShardCount(const GpuivfMetaPageData *meta)
+{
+    int         nworkers = GpuivfShmem->nworkers;
+    int64       limit = -1;
+
+    if (nworkers < 2 || gpuivf_shards == 1)
+        return 1;
+    if (gpuivf_shards >= 2)
+        return Min(gpuivf_shards, nworkers);
+    for (int i = 0; i < nworkers; i++)
+    {
+        GpuivfWorkerSlot *w = &GpuivfShmem->workers[i];
+
+        SpinLockAcquire(&w->mutex);
+        if (w->state == GPUIVF_WORKER_READY && w->memory_limit > 0 &&
+            (limit < 0 || w->memory_limit < limit))
+            limit = w->memory_limit;
+        SpinLockRelease(&w->mutex);
+    }
+    if (limit <= 0 || GpuivfEstimateGpuBytes(meta, 1) <= limit)
+        return 1;
+    for (int s = 2; s < nworkers; s++)
+        if (GpuivfEstimateGpuBytes(meta, s) <= limit)
+            return s;
+    return nworkers;            /* the workers say so if it still does not fit */
+}
+
+/* A candidate of one query from one shard. */
+typedef struct ShardHit
+{
+    uint64      id;             /* heap TID */
+    double      adc;            /* the ADC distance it was selected by */
+    double      dist;           /* exact distance (= adc without re-rank) */
+} ShardHit;
+
+/* a < b for distances, NaN after every number (as the engines rank it) */
+static int
+CompareDistance(double a, double b)
+{
+    bool        an = a != a;    /* NaN */
+    bool        bn = b != b;
+
+    if (an || bn)
+        return an == bn ? 0 : (an ? 1 : -1);
+    return a < b ? -1 : (a > b ? 1 : 0);
+}
+
+static int
+CompareByAdc(const void *a, const void *b)
+{
+    const ShardHit *x = (const ShardHit *) a;
+    const ShardHit *y = (const ShardHit *) b;
+    int         c = CompareDistance(x->adc, y->adc);
+
+    if (c != 0)
+        return c;
+    return x->id < y->id ? -1 : (x->id > y->id ? 1 : 0);
+}
+
+static int
+CompareByDistance(const void *a, const void *b)
+{
+    const ShardHit *x = (const ShardHit *) a;
+    const ShardHit *y = (const ShardHit *) b;
+    int         c = CompareDistance(x->dist, y->dist);
+
+    if (c != 0)
+        return c;
+    return x->id < y->id ? -1 : (x->id > y->id ? 1 : 0);
+}
+
+/*
+ * The search of a sharded index: every shard worker in turn returns, per
+ * query, its `candidates` = max(k, rerank) best entries by ADC among the
+ * probed lists it holds, with ADC and exact distances.  The union holds the
+ * global best `candidates` by (ADC, id) (each of them is among its own
+ * shard's best), so keeping exactly those and ordering them by (exact
+ * distance, id) gives what one GPU re-ranking the global candidates gives.
+ * Without stored vectors each shard returns its k best by ADC and the merge
+ * keeps the k best by (ADC, id).  Same contract as GpuivfWorkerSearch.
+ */
+static bool
+ShardedSearch(Relation index, const GpuivfMetaPageData *meta, int nshards, int nq,
+              const GpuivfQuery *queries, GpuivfHit **hits, int *nhits,
+              GpuivfSearchStats *stats)
+{
+    bool        stores_vectors = (meta->flags & GPUIVF_META_RERANK) != 0;
+    int         dims = (int) meta->dims;
+    ShardHit  **pool = (ShardHit **) palloc(sizeof(ShardHit *) * nq);
+    int        *npool = (int *) palloc0(sizeof(int) * nq);
+    int        *cand = (int *) palloc(sizeof(int) * nq);
+
+    for (int s = 0; s < nshards; s++)
+    {
+        if (GpuivfWorkerReady(s))
+            continue;
+        if (gpuivf_device == GPUIVF_DEVICE_GPU)
+            ereport(ERROR,
+                    (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                     errmsg("gpuivf GPU worker %d, which holds shard %d of %d of index \"%s\", is not ready",
+                            s, s, nshards, RelationGetRelationName(index)),
+                     errhint("Set gpuivf.device to \"auto\" to answer on the CPU while it restarts.")));
+        GpuivfCountCpuFallbacks(s, nq);
+        return false;
+    }
+    for (int q = 0; q < nq; q++)
+    {
+        cand[q] = stores_vectors ? Max(queries[q].k, queries[q].rerank) : queries[q].k;
+        pool[q] = (ShardHit *) palloc(sizeof(ShardHit) * (Size) cand[q] * nshards);
+    }
+
+    for (int s = 0; s < nshards; s++)
+    {
+        for (int off = 0; off < nq;)
+        {
+            int         kmax = 1;
+            int         c = 0;
+            GpuivfSearchLayout l;
+            GpuivfRequestSlot *slot;
+            char       *payload;
+            bool        answered;
+
+            /* as many queries as fit one request, their stride their most candidates */
+            while (off + c < nq)
+            {
+                int         k2 = Max(kmax, cand[off + c]);
+
+                if (GpuivfSearchPayloadLayout(c + 1, dims, k2, true).total >
+                    GpuivfShmem->payload_bytes)
+                    break;
+                kmax = k2;
+                c++;
+            }
+            if (c == 0 || (slot = GpuivfMySlot()) == NULL)
+            {
+                if (gpuivf_device == GPUIVF_DEVICE_GPU)
+                    ereport(ERROR,
+                            (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                             errmsg("a search of index \"%s\" does not fit the GPU worker's request buffer",
+                                    RelationGetRelationName(index)),
+                             errhint("Raise gpuivf.request_buffer, or set gpuivf.device to \"auto\" to run such searches on the CPU.")));
+                GpuivfCountCpuFallbacks(-1, nq);
+                return false;
+            }
+            l = GpuivfSearchPayloadLayout(c, dims, kmax, true);
+            payload = GpuivfSlotPayload((int) (slot - GpuivfShmem->slots));
+            slot->kind = GPUIVF_KIND_SEARCH;
+            SetIndexIdentity(slot, index, meta);
+            slot->target_worker = s;
+            slot->nshards = nshards;
+            slot->shard = s;
+            slot->nq = c;
+            slot->kmax = kmax;
+            for (int q = 0; q < c; q++)
+            {
+                ((int32 *) (payload + l.k_off))[q] = queries[off + q].k;
+                ((int32 *) (payload + l.nprobe_off))[q] = queries[off + q].nprobe;
+                ((int32 *) (payload + l.rerank_off))[q] = queries[off + q].rerank;
+                memcpy(payload + l.vec_off + sizeof(float4) * (Size) q * dims,
+                       queries[off + q].vector, sizeof(float4) * dims);
+            }
+            answered = GpuivfSubmitAndWait(slot);
+            if (!answered || slot->result != GPUIVF_RESULT_OK)
+            {
+                RequestFailed(index, slot, answered, "search", nq);
+                return false;
+            }
+            for (int q = 0; q < c; q++)
+            {
+                int         got = ((int32 *) (payload + l.nhits_off))[q];
+                const uint64 *ids = (const uint64 *) (payload + l.ids_off) + (Size) q * kmax;
+                const double *dist = (const double *) (payload + l.dist_off) + (Size) q * kmax;
+                const double *adc = (const double *) (payload + l.adc_off) + (Size) q * kmax;
+                ShardHit   *p = pool[off + q];
+
+                got = Min(Max(got, 0), cand[off + q]);
+                for (int j = 0; j < got; j++)
+                {
+                    ShardHit   *h = &p[npool[off + q]++];
+
+                    h->id = ids[j];
+                    h->adc = adc[j];
+                    h->dist = dist[j];
+                }
+            }
+            if (stats != NULL)
+            {
+                stats->on_gpu = true;
+                stats->batch_size = Max(stats->batch_size, slot->batch_size);
+                stats->gpu_ms += slot->gpu_ms;
+                stats->reranked += slot->reranked;
+                if (slot->taken_at > slot->submitted_at)
+                    stats->queue_ms += (double) (slot->taken_at - slot->submitted_at) / 1000.0;
+            }
+            GpuivfReleaseSlot(slot);
+            off += c;
+        }
+    }
+
+    /* merge: the global candidates by (ADC, id), then by (distance, id) */
+    for (int q = 0; q < nq; q++)
+    {
+        ShardHit   *p = pool[q];
+        int         n = Min(npool[q], cand[q]);
+        int         got = 0;
+
+        qsort(p, npool[q], sizeof(ShardHit), CompareByAdc);
+        if (stores_vectors)
+            qsort(p, n, sizeof(ShardHit), CompareByDistance);
+        for (int j = 0; j < n && got < queries[q].k; j++)
+        {
+            bool        dup = false;
+
+            /* a heap TID twice (reuse during a load) is returned once */
+            for (int u = 0; u < got && !dup; u++)
+                dup = GpuivfTidToId(&hits[q][u].tid) == p[j].id;
+            if (dup)
+                continue;
+            GpuivfIdToTid(p[j].id, &hits[q][got].tid);
+            hits[q][got].distance = p[j].dist;
+            got++;
+        }
+        nhits[q] = got;
+        pfree(p);
+    }
+    pfree(pool);
+    pfree(npool);
+    pfree(cand);
+    return true;
+}
+
 /*
  * Search nq queries of one index on the GPU worker; hits[i] (palloc'd,
  * best first) and nhits[i] out.  False when the CPU must answer (gpuivf.h);
@@ -248,6 +488,13 @@ GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
         memset(stats, 0, sizeof(*stats));
     for (int i = 0; i < nq; i++)
         hits[i] = (GpuivfHit *) palloc(sizeof(GpuivfHit) * Max(queries[i].k, 1));
+
+    {
+        int         nshards = ShardCount(&meta);
+
+        if (nshards > 1)
+            return ShardedSearch(index, &meta, nshards, nq, queries, hits, nhits, stats);
+    }
 
     for (int off = 0; off < nq;)
     {
@@ -579,7 +826,9 @@ GpuivfWorkerExactKnnEnd(GpuivfExactKnnJob *job)
 
 /* ------------------------------------------------- gpuivf_index_info */
 
-/* Appends "gpu_cache": [{worker, device, generation, vectors, bytes}, ...], */
+/* Appends "gpu_cache": [{worker, device, generation, vectors, bytes, shard,
+ * shards}, ...]: shards 1 is a whole copy, else the copy of lists
+ * l % shards = shard. */
 void
 GpuivfAppendCacheInfo(StringInfo json, Relation index)
 {
@@ -604,9 +853,11 @@ GpuivfAppendCacheInfo(StringInfo json, Relation index)
                 shown[j].indexoid != RelationGetRelid(index))
                 continue;
             appendStringInfo(json, "%s{\"worker\": %d, \"device\": %d, \"generation\": " UINT64_FORMAT
-                             ", \"vectors\": " INT64_FORMAT ", \"bytes\": " INT64_FORMAT "}",
+                             ", \"vectors\": " INT64_FORMAT ", \"bytes\": " INT64_FORMAT
+                             ", \"shard\": %d, \"shards\": %d}",
                              first ? "" : ", ", i, device, shown[j].generation,
-                             shown[j].vectors, shown[j].bytes);
+                             shown[j].vectors, shown[j].bytes, shown[j].shard,
+                             Max(shown[j].nshards, 1));
             first = false;
         }
     }

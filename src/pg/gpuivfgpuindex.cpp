@@ -35,6 +35,7 @@
 #include "gpuivf.h"
 #include "gpuivfworker.h"
 
+#include "utils/float.h"
 #include "utils/memutils.h"
 
 #define GPUIVF_MAX_CACHED       64
@@ -58,6 +59,8 @@ typedef struct GpuIndex
     RelFileNode node;
     bool        permanent;
     uint64      train_id;
+    int         nshards;        /* 1, or this copy holds only the lists of */
+    int         shard;          /* shard `shard` (gpuivfworker.h, "Sharding") */
     GpuivfMetaPageData meta;    /* shape of the model */
     uint64      generation;     /* every change up to it is on the GPU */
     uint64      end_generation; /* metapage after the last walk */
@@ -198,6 +201,8 @@ PublishCache(void)
             s->bytes = ix->device_bytes;
             s->loaded_at = ix->loaded_at;
             s->last_used = ix->last_used_at;
+            s->nshards = ix->nshards;
+            s->shard = ix->shard;
         }
         n++;
     }
@@ -268,20 +273,6 @@ CachedBytes(const GpuIndex *except)
         if (Cache[i].in_use && &Cache[i] != except)
             sum += Cache[i].device_bytes;
     return sum;
-}
-
-/* Device memory an index of meta's shape needs, roughly (engine layout:
- * 16-byte code chunks, 8-byte ids, a 4-byte term, vectors, 25% headroom). */
-static int64
-EstimateBytes(const GpuivfMetaPageData *meta)
-{
-    double      per = (double) (TYPEALIGN(16, meta->code_size) + 8 + 4);
-
-    if (meta->flags & GPUIVF_META_RERANK)
-        per += 4.0 * meta->dims;
-    return (int64) ((double) meta->vectors * per * 1.25) +
-        (int64) meta->lists * meta->dims * 4 +
-        (int64) meta->pq_m * (1 << meta->pq_bits) * (meta->dims / Max(meta->pq_m, 1)) * 4;
 }
 
 /* Make room for need bytes under the limit, evicting LRU copies. */
@@ -384,6 +375,9 @@ WalkLists(GpuIndex *ix, const GpuivfMetaPageData *meta, bool use_lsn, Walk *wk)
     {
         BlockNumber blkno = dir[l].head;
         BlockNumber steps = 0;
+
+        if (GpuivfListShard(l, ix->nshards) != ix->shard)
+            continue;           /* another shard's list */
 
         while (BlockNumberIsValid(blkno))
         {
@@ -662,7 +656,7 @@ CreateCopy(GpuIndex *ix, const GpuivfMetaPageData *meta)
                  centroids, sizeof(float) * ncent);
     ReadRawPages(ix, meta->codebook_start, meta->codebook_pages, GPUIVF_PAGE_CODEBOOK,
                  codebook, sizeof(float) * ncode);
-    MakeRoom(ix, EstimateBytes(meta));
+    MakeRoom(ix, GpuivfEstimateGpuBytes(meta, ix->nshards));
 
     memset(&model, 0, sizeof(model));
     model.metric = meta->metric;
@@ -725,7 +719,7 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
     if (fresh)
         CreateCopy(ix, &meta1);
     else
-        MakeRoom(ix, EstimateBytes(&meta1));
+        MakeRoom(ix, GpuivfEstimateGpuBytes(&meta1, ix->nshards));
 
     memset(&wk, 0, sizeof(wk));
     wk.code_size = meta1.code_size;
@@ -733,7 +727,9 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
     ReadMetaPage(ix, &meta2);
 
     /* only inserts since the last walk: the generation moved by rows + pages */
-    pure = !fresh &&
+    /* (a shard does not walk the other shards' lists, so it cannot count
+     * their new pages: it always takes the general path below) */
+    pure = !fresh && ix->nshards == 1 &&
         (int64) (meta2.generation - ix->end_generation) ==
         (int64) (meta2.vectors - ix->end_vectors) + new_pages;
 
@@ -803,7 +799,8 @@ GetCopy(const GpuivfRequestSlot *req, uint64 generation)
             continue;
         }
         if (c->dboid == req->dboid && RelFileNodeEquals(c->node, req->node) &&
-            c->indexoid == req->indexoid && c->train_id == req->train_id)
+            c->indexoid == req->indexoid && c->train_id == req->train_id &&
+            c->nshards == req->nshards && c->shard == req->shard)
         {
             ix = c;
             break;
@@ -826,6 +823,8 @@ GetCopy(const GpuivfRequestSlot *req, uint64 generation)
         ix->node = req->node;
         ix->permanent = req->permanent;
         ix->train_id = req->train_id;
+        ix->nshards = Max(req->nshards, 1);
+        ix->shard = req->shard;
     }
     ix->last_used = ++UseTick;
     ix->last_used_at = GetCurrentTimestamp();
@@ -894,6 +893,42 @@ CompareCandidates(const void *a, const void *b)
     return x->pos < y->pos ? -1 : (x->pos > y->pos ? 1 : 0);
 }
 
+/* A shard's ADC candidate, sorted by id to find each re-ranked one's ADC. */
+typedef struct IdAdc
+{
+    uint64      id;
+    double      adc;
+} IdAdc;
+
+static int
+CompareIdAdc(const void *a, const void *b)
+{
+    uint64      x = ((const IdAdc *) a)->id;
+    uint64      y = ((const IdAdc *) b)->id;
+
+    return x < y ? -1 : (x > y ? 1 : 0);
+}
+
+/* ADC distance of id among the n candidates (sorted by id), +inf when absent
+ * (the two engine calls select the same candidates, so it is not). */
+static double
+AdcOf(uint64 id, const IdAdc *sorted, int n)
+{
+    int         lo = 0;
+    int         hi = n;
+
+    while (lo < hi)
+    {
+        int         mid = lo + (hi - lo) / 2;
+
+        if (sorted[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && sorted[lo].id == id ? sorted[lo].adc : get_float8_infinity();
+}
+
 /*
  * Search the queries of every request of the group (one index): one engine
  * call per candidate count.  A query's candidates are max(k, rerank) when
@@ -901,6 +936,12 @@ CompareCandidates(const void *a, const void *b)
  * rows), exactly as on the CPU (gpuivfsearch.cpp), so its answer never
  * depends on the queries it is batched with; within a call each query
  * keeps its own k and nprobe.
+ *
+ * A shard's request (nshards > 1) returns, per query, all `candidates`
+ * best entries by ADC among the probed lists this shard holds, sorted by
+ * exact distance, each with the ADC distance it was selected by (two engine
+ * calls: ADC order, then re-ranked); without stored vectors its k best by
+ * ADC.  The backend merges the shards (gpuivfclient.cpp).
  */
 void
 GpuivfServeSearchGroup(int worker, int *slotnos, int n)
@@ -910,6 +951,7 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
     uint64      generation = 0;
     int64       nq = 0;
     int         dims = first->dims;
+    bool        sharded = first->nshards > 1;
     bool        stores_vectors;
     GroupQuery *gq;
     float      *queries;
@@ -917,17 +959,24 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
     int32      *qnp;
     double     *dist;
     uint64     *ids;
+    double     *adc_dist = NULL;
+    uint64     *adc_ids = NULL;
+    IdAdc      *by_id = NULL;
     int        *req_batch;
     double     *req_gpu_ms;
     int64      *req_reranked;
     GpuIndex   *ix;
 
+    if (first->nshards < 1 || first->nshards > GPUIVF_MAX_WORKERS || first->shard < 0 ||
+        first->shard >= first->nshards || (sharded && first->target_worker != worker))
+        elog(ERROR, "gpuivf GPU worker %d got a malformed shard request (shard %d of %d for worker %d)",
+             worker, first->shard, first->nshards, first->target_worker);
     for (int i = 0; i < n; i++)
     {
         GpuivfRequestSlot *r = &GpuivfShmem->slots[slotnos[i]];
 
         if (r->nq < 1 || r->kmax < 1 || r->kmax > GPUIVF_CUDA_MAX_K || r->dims != dims ||
-            GpuivfSearchPayloadLayout(r->nq, dims, r->kmax).total > GpuivfShmem->payload_bytes)
+            GpuivfSearchPayloadLayout(r->nq, dims, r->kmax, sharded).total > GpuivfShmem->payload_bytes)
             elog(ERROR, "gpuivf GPU worker got a malformed search request (%d queries, k %d, %d dimensions)",
                  r->nq, r->kmax, r->dims);
         generation = Max(generation, r->generation);
@@ -943,7 +992,7 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
     {
         GpuivfRequestSlot *r = &GpuivfShmem->slots[slotnos[i]];
         char       *payload = GpuivfSlotPayload(slotnos[i]);
-        GpuivfSearchLayout l = GpuivfSearchPayloadLayout(r->nq, dims, r->kmax);
+        GpuivfSearchLayout l = GpuivfSearchPayloadLayout(r->nq, dims, r->kmax, sharded);
         const int32 *rk = (const int32 *) (payload + l.k_off);
         const int32 *rnp = (const int32 *) (payload + l.nprobe_off);
         const int32 *rrr = (const int32 *) (payload + l.rerank_off);
@@ -961,6 +1010,10 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
             g->k = rk[q];
             g->nprobe = rnp[q];
             g->candidates = stores_vectors ? Max(rk[q], rrr[q]) : 0;
+            /* a shard returns all its candidates: they must fit the stride */
+            if (sharded && g->candidates > r->kmax)
+                elog(ERROR, "gpuivf GPU worker got a malformed shard query (%d candidates, stride %d)",
+                     g->candidates, r->kmax);
         }
     }
     qsort(gq, nq, sizeof(GroupQuery), CompareCandidates);
@@ -978,12 +1031,14 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
         int         kmax = 1;
         int         npmax = 1;
         int64       m;
+        int         candidates = gq[start].candidates;
+        bool        two_calls = sharded && candidates > 0;
         gpuivf_cuda_search_params params;
         instr_time  t0, t1;
         double      gpu_ms;
 
         /* [start, end): the queries of one candidate count */
-        while (end < nq && gq[end].candidates == gq[start].candidates)
+        while (end < nq && gq[end].candidates == candidates)
             end++;
         m = end - start;
         for (int64 j = 0; j < m; j++)
@@ -991,14 +1046,16 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
             const GroupQuery *g = &gq[start + j];
             GpuivfSearchLayout l = GpuivfSearchPayloadLayout(GpuivfShmem->slots[slotnos[g->req]].nq,
                                                              dims,
-                                                             GpuivfShmem->slots[slotnos[g->req]].kmax);
+                                                             GpuivfShmem->slots[slotnos[g->req]].kmax,
+                                                             sharded);
 
             memcpy(queries + j * dims,
                    GpuivfSlotPayload(slotnos[g->req]) + l.vec_off + sizeof(float) * (Size) g->pos * dims,
                    sizeof(float) * dims);
-            qk[j] = g->k;
+            /* a shard answers with all its candidates, the merge picks k */
+            qk[j] = two_calls ? candidates : g->k;
             qnp[j] = g->nprobe;
-            kmax = Max(kmax, g->k);
+            kmax = Max(kmax, qk[j]);
             npmax = Max(npmax, g->nprobe);
         }
 
@@ -1007,12 +1064,24 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
         memset(&params, 0, sizeof(params));
         params.k = kmax;
         params.nprobe = npmax;
-        params.rerank_candidates = gq[start].candidates;
         /* per-list tables: ADC scores bit-identical to the CPU engine's */
         params.lut_mode = GPUIVF_CUDA_LUT_PER_LIST;
         params.query_k = qk;
         params.query_nprobe = qnp;
         INSTR_TIME_SET_CURRENT(t0);
+        if (two_calls)
+        {
+            /* the candidates in ADC order, with the distances they were
+             * selected by; then the same candidates re-ranked */
+            adc_dist = (double *) palloc_extended(sizeof(double) * m * kmax, MCXT_ALLOC_HUGE);
+            adc_ids = (uint64 *) palloc_extended(sizeof(uint64) * m * kmax, MCXT_ALLOC_HUGE);
+            by_id = (IdAdc *) palloc(sizeof(IdAdc) * kmax);
+            params.rerank_candidates = 0;
+            GpuivfCheckCuda(GpuivfCuda.gpuivf_cuda_index_search(GpuivfCudaRes, ix->gindex, queries, m,
+                                                                &params, adc_dist, adc_ids),
+                            "search a GPU index shard");
+        }
+        params.rerank_candidates = candidates;
         GpuivfCheckCuda(GpuivfCuda.gpuivf_cuda_index_search(GpuivfCudaRes, ix->gindex, queries, m,
                                                             &params, dist, ids),
                         "search a GPU index");
@@ -1037,14 +1106,26 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
             const GroupQuery *g = &gq[start + j];
             GpuivfRequestSlot *r = &GpuivfShmem->slots[slotnos[g->req]];
             char       *payload = GpuivfSlotPayload(slotnos[g->req]);
-            GpuivfSearchLayout l = GpuivfSearchPayloadLayout(r->nq, dims, r->kmax);
+            GpuivfSearchLayout l = GpuivfSearchPayloadLayout(r->nq, dims, r->kmax, sharded);
             uint64     *rids = (uint64 *) (payload + l.ids_off) + (Size) g->pos * r->kmax;
             double     *rdist = (double *) (payload + l.dist_off) + (Size) g->pos * r->kmax;
+            double     *radc = (double *) (payload + l.adc_off) + (Size) g->pos * r->kmax;
             const uint64 *src_ids = ids + j * kmax;
             const double *src_d = dist + j * kmax;
             int         got = 0;
 
-            for (int t = 0; t < g->k; t++)
+            if (two_calls)
+            {
+                /* this query's ADC candidates by id */
+                for (int t = 0; t < qk[j]; t++)
+                {
+                    by_id[t].id = adc_ids[j * kmax + t];
+                    by_id[t].adc = adc_dist[j * kmax + t];
+                }
+                qsort(by_id, qk[j], sizeof(IdAdc), CompareIdAdc);
+            }
+
+            for (int t = 0; t < qk[j]; t++)
             {
                 bool        dup = false;
 
@@ -1057,6 +1138,10 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
                     continue;
                 rids[got] = src_ids[t];
                 rdist[got] = src_d[t];
+                if (sharded)
+                    radc[got] = two_calls
+                        ? AdcOf(src_ids[t], by_id, qk[j])
+                        : src_d[t];
                 got++;
             }
             ((int32 *) (payload + l.nhits_off))[g->pos] = got;
@@ -1071,6 +1156,15 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
         }
         pfree(dist);
         pfree(ids);
+        if (adc_dist != NULL)
+        {
+            pfree(adc_dist);
+            pfree(adc_ids);
+            pfree(by_id);
+            by_id = NULL;
+            adc_dist = NULL;
+            adc_ids = NULL;
+        }
         start = end;
     }
 

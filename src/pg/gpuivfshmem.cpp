@@ -168,6 +168,22 @@ GpuivfReadyWorkers(void)
     return n;
 }
 
+/* Is worker `worker` ready to take requests? */
+bool
+GpuivfWorkerReady(int worker)
+{
+    GpuivfWorkerSlot *w;
+    bool        ready;
+
+    if (GpuivfShmem == NULL || worker < 0 || worker >= GpuivfShmem->nworkers)
+        return false;
+    w = &GpuivfShmem->workers[worker];
+    SpinLockAcquire(&w->mutex);
+    ready = w->state == GPUIVF_WORKER_READY;
+    SpinLockRelease(&w->mutex);
+    return ready;
+}
+
 /*
  * Wake one idle ready worker (the preferred one when it is ready).  When all
  * are busy nobody is woken: each looks at the queue before it sleeps.
@@ -312,6 +328,9 @@ GpuivfMySlot(void)
     slot->message[0] = '\0';
     slot->detail[0] = '\0';
     slot->preferred_worker = -1;
+    slot->target_worker = -1;
+    slot->nshards = 1;
+    slot->shard = 0;
     slot->dsm = DSM_HANDLE_INVALID;
     slot->taken_by = -1;
     return slot;
@@ -367,7 +386,7 @@ GpuivfSubmitAndWait(GpuivfRequestSlot *slot)
     SpinLockAcquire(&slot->mutex);
     slot->state = GPUIVF_REQ_SUBMITTED;
     SpinLockRelease(&slot->mutex);
-    GpuivfWakeWorker(slot->preferred_worker);
+    GpuivfWakeWorker(slot->target_worker >= 0 ? slot->target_worker : slot->preferred_worker);
 
     PG_TRY();
     {
@@ -385,6 +404,18 @@ GpuivfSubmitAndWait(GpuivfRequestSlot *slot)
             if (state == GPUIVF_REQ_SUBMITTED && GpuivfReadyWorkers() == 0)
             {
                 WithdrawUnanswered(slot, "no gpuivf GPU worker is ready");
+                continue;
+            }
+            if (state == GPUIVF_REQ_SUBMITTED && slot->target_worker >= 0 &&
+                !GpuivfWorkerReady(slot->target_worker))
+            {
+                char        why[GPUIVF_MESSAGE_LEN];
+
+                /* only that worker holds the shard: nobody else may answer */
+                snprintf(why, sizeof(why),
+                         "gpuivf GPU worker %d, which holds shard %d of %d of the index, is not ready",
+                         slot->target_worker, slot->shard, slot->nshards);
+                WithdrawUnanswered(slot, why);
                 continue;
             }
             if (gpuivf_worker_timeout > 0 &&
@@ -441,6 +472,8 @@ GpuivfTakeRequests(int worker, int *slotnos, int max)
 
         if (slot->state != GPUIVF_REQ_SUBMITTED)   /* unlocked peek */
             continue;
+        if (slot->target_worker >= 0 && slot->target_worker != worker)
+            continue;           /* another worker's shard */
         if (slot->preferred_worker >= 0 && slot->preferred_worker != worker &&
             slot->preferred_worker < GpuivfShmem->nworkers &&
             GpuivfShmem->workers[slot->preferred_worker].state == GPUIVF_WORKER_READY)
@@ -448,7 +481,8 @@ GpuivfTakeRequests(int worker, int *slotnos, int max)
         if (now == 0)
             now = GetCurrentTimestamp();
         SpinLockAcquire(&slot->mutex);
-        if (slot->state == GPUIVF_REQ_SUBMITTED)
+        if (slot->state == GPUIVF_REQ_SUBMITTED &&
+            (slot->target_worker < 0 || slot->target_worker == worker))
         {
             slot->state = GPUIVF_REQ_TAKEN;
             slot->taken_by = worker;

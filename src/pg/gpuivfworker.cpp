@@ -39,6 +39,7 @@ int         gpuivf_batch_delay = 0;
 int         gpuivf_gpu_memory_limit = 0;
 int         gpuivf_worker_timeout = 60000;
 int         gpuivf_request_buffer = 128;
+int         gpuivf_shards = 0;
 char       *gpuivf_engine_library = NULL;
 
 int         GpuivfRegisteredWorkers = 0;
@@ -183,6 +184,12 @@ GpuivfWorkerInit(void)
                             "Longest wait for the GPU worker's answer (0 = no limit).",
                             "After it the query runs on the CPU (gpuivf.device = auto) or fails (gpu).",
                             &gpuivf_worker_timeout, 60000, 0, INT_MAX, PGC_USERSET, GUC_UNIT_MS,
+                            NULL, NULL, NULL);
+
+    DefineCustomIntVariable("gpuivf.shards",
+                            "Shards an index is split into across the GPU workers (0 = only when it does not fit one GPU, 1 = never).",
+                            "A sharded index has list l on worker l % shards; every search asks every shard.",
+                            &gpuivf_shards, 0, 0, GPUIVF_MAX_WORKERS, PGC_USERSET, 0,
                             NULL, NULL, NULL);
 
     /* the rest exists only with shared_preload_libraries: PostgreSQL
@@ -382,7 +389,8 @@ SameGroup(const GpuivfRequestSlot *a, const GpuivfRequestSlot *b)
     return a->kind == GPUIVF_KIND_SEARCH && b->kind == GPUIVF_KIND_SEARCH &&
         a->dboid == b->dboid && RelFileNodeEquals(a->node, b->node) &&
         a->indexoid == b->indexoid && a->train_id == b->train_id &&
-        a->dims == b->dims && a->permanent == b->permanent;
+        a->dims == b->dims && a->permanent == b->permanent &&
+        a->nshards == b->nshards && a->shard == b->shard;
 }
 
 /*

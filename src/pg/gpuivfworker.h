@@ -47,6 +47,8 @@ typedef struct GpuivfShownIndex
     int64       bytes;          /* device memory */
     TimestampTz loaded_at;
     TimestampTz last_used;
+    int         nshards;        /* 1: the whole index; else this copy holds */
+    int         shard;          /* the lists l with l % nshards == shard */
 } GpuivfShownIndex;
 
 typedef struct GpuivfWorkerSlot
@@ -129,6 +131,11 @@ typedef struct GpuivfRequestSlot
     /* the request (written by the backend before SUBMITTED) */
     int         kind;           /* GpuivfRequestKind */
     int         preferred_worker;   /* -1: any */
+    int         target_worker;  /* -1: any; else only this worker takes it
+                                 * (a shard's search, see "Sharding") */
+    int         nshards;        /* 1: the whole index; else search (and hold)
+                                 * only the lists of shard `shard` */
+    int         shard;
     Oid         dboid;
     Oid         indexoid;
     RelFileNode node;
@@ -168,19 +175,53 @@ typedef struct GpuivfShared
 } GpuivfShared;
 
 /*
+ * Sharding (README.md, "GPU worker", "Sharding").  An index whose GPU copy
+ * does not fit one worker (or gpuivf.shards forces it) is split by lists:
+ * list l belongs to shard l % nshards, shard s is held by worker s.  Every
+ * shard holds the whole model, so coarse quantization is the same
+ * everywhere; a search asks every shard for its best candidates by ADC
+ * score among the probed lists it holds, with their exact distances, and
+ * the backend merges them (gpuivfclient.cpp).
+ */
+extern int  gpuivf_shards;              /* gpuivf.shards: 0 auto, 1 never, n force */
+
+static inline int
+GpuivfListShard(uint32 list, int nshards)
+{
+    return nshards > 1 ? (int) (list % (uint32) nshards) : 0;
+}
+
+/* Device memory a copy of (one shard of) an index of meta's shape needs,
+ * roughly (engine layout: 16-byte code chunks, 8-byte ids, a 4-byte term,
+ * vectors, 25% headroom; the model is on every shard). */
+static inline int64
+GpuivfEstimateGpuBytes(const GpuivfMetaPageData *meta, int nshards)
+{
+    double      per = (double) (TYPEALIGN(16, meta->code_size) + 8 + 4);
+
+    if (meta->flags & GPUIVF_META_RERANK)
+        per += 4.0 * meta->dims;
+    return (int64) ((double) meta->vectors * per * 1.25 / Max(nshards, 1)) +
+        (int64) meta->lists * meta->dims * 4 +
+        (int64) meta->pq_m * (1 << meta->pq_bits) * (meta->dims / Max(meta->pq_m, 1)) * 4;
+}
+
+/*
  * Search payload, in the slot's buffer: per query k[nq], nprobe[nq] and
  * rerank[nq] (int32 each: GpuivfQuery's fields, so that every query keeps
  * its own candidate count whatever it is batched with), vectors[nq * dims]
  * (float4); then the answer: nhits[nq] (int32), ids[nq * kmax] (uint64 heap
- * TIDs), distances[nq * kmax] (float8).
+ * TIDs), distances[nq * kmax] (float8); a shard's search (with_adc) also
+ * adc[nq * kmax] (float8: the ADC distance each candidate was selected by).
  */
 typedef struct GpuivfSearchLayout
 {
-    Size        k_off, nprobe_off, rerank_off, vec_off, nhits_off, ids_off, dist_off, total;
+    Size        k_off, nprobe_off, rerank_off, vec_off, nhits_off, ids_off, dist_off, adc_off,
+                total;
 } GpuivfSearchLayout;
 
 static inline GpuivfSearchLayout
-GpuivfSearchPayloadLayout(int nq, int dims, int kmax)
+GpuivfSearchPayloadLayout(int nq, int dims, int kmax, bool with_adc = false)
 {
     GpuivfSearchLayout l;
     Size        off = 0;
@@ -199,6 +240,9 @@ GpuivfSearchPayloadLayout(int nq, int dims, int kmax)
     off += MAXALIGN(sizeof(uint64) * (Size) nq * kmax);
     l.dist_off = off;
     off += MAXALIGN(sizeof(float8) * (Size) nq * kmax);
+    l.adc_off = off;
+    if (with_adc)
+        off += MAXALIGN(sizeof(float8) * (Size) nq * kmax);
     l.total = off;
     return l;
 }
@@ -210,6 +254,7 @@ void        GpuivfShmemStartup(void);       /* shmem_startup_hook */
 char       *GpuivfSlotPayload(int slotno);
 bool        GpuivfWorkerAlive(const GpuivfWorkerSlot *w, uint64 incarnation);
 int         GpuivfReadyWorkers(void);
+bool        GpuivfWorkerReady(int worker);
 void        GpuivfWakeWorker(int preferred);
 /* backend side: submit the filled slot of this backend and wait for DONE;
  * interruptible (cancel, timeout, exit leave the queue consistent) */

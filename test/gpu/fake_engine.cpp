@@ -16,6 +16,9 @@
  *                                kNN fails with a device error and the file
  *                                is removed
  *   GPUIVF_FAKE_MEMORY_MB=n      "device memory" reported (default 1024)
+ *   GPUIVF_FAKE_DEVICES=n        devices reported (default 1), so that
+ *                                gpuivf.devices = '0,1' starts two workers
+ *                                (test/t/103_worker_shards.pl)
  */
 #include <algorithm>
 #include <cstdarg>
@@ -88,13 +91,20 @@ static bool core_cancel(void *arg) { return cancel_now(static_cast<gpuivf_cuda_r
 
 extern "C" {
 
+static int32_t fake_devices() {
+    const char *n = getenv("GPUIVF_FAKE_DEVICES");
+    int v = n ? atoi(n) : 1;
+    return v < 1 ? 1 : (v > 16 ? 16 : v);
+}
+
 gpuivf_cuda_status gpuivf_cuda_device_count(int32_t *count) noexcept {
-    *count = 1;
+    *count = fake_devices();
     return ok();
 }
 
 gpuivf_cuda_status gpuivf_cuda_resources_create(int32_t device, int64_t, gpuivf_cuda_resources **out) noexcept {
-    if (device != 0) return make_status(GPUIVF_CUDA_NO_DEVICE, "fake engine has device 0 only");
+    if (device < 0 || device >= fake_devices())
+        return make_status(GPUIVF_CUDA_NO_DEVICE, "fake engine has devices 0..%d only", fake_devices() - 1);
     gpuivf::init_blas_single_threaded();
     *out = new (std::nothrow) gpuivf_cuda_resources();
     return *out ? ok() : make_status(GPUIVF_CUDA_OUT_OF_MEMORY, "out of host memory");

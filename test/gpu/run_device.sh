@@ -14,6 +14,14 @@
 #   5. QPS and p50/p99 latency for 1/16/64 pgbench clients, device=gpu vs cpu,
 #      with the mean batch size and the GPU's busy fraction;
 #   6. kill -9 of the worker: clear errors, the cluster restarts, GPU answers.
+# With SHARDS=n (n >= 2, needs n GPUs: gpuivf.devices lists them, or all
+# visible are used) also a sharded run (README.md, "Sharding"):
+#   2c. answers with gpuivf.shards = n vs unsharded GPU and CPU (must be the
+#       same), where the shards live (gpuivf_index_info), a shard worker
+#       terminated: ERROR under gpu, CPU answer under auto, then recovery;
+#   5.  a "gpushard" pgbench row (device=gpu, shards=n).
+# DEVICES=0,1 sets gpuivf.devices (e.g. a local dry run with the stand-in:
+#   GPUIVF_LOCAL=1 GPUIVF_FAKE_DEVICES=2 DEVICES=0,1 SHARDS=2 ENGINE=... ).
 # It prints a summary table last and leaves logs in $OUT.
 #
 # On the device (from the repo root):  bash test/gpu/run_device.sh .device-worker
@@ -32,6 +40,7 @@ BENCH_S=${BENCH_S:-6}
 PORT=${PORT:-5432}
 W=${W:-/tmp/gpuivf-work}
 PY=${PY:-python3}
+SHARDS=${SHARDS:-}
 mkdir -p "$OUT"
 started=$(date +%s)
 say() { echo "== [$(( $(date +%s) - started ))s] $*"; }
@@ -88,6 +97,7 @@ max_parallel_workers_per_gather = 0
 log_line_prefix = '%m [%p] %b '
 EOF
 [ -n "${ENGINE:-}" ] && echo "gpuivf.engine_library = '$ENGINE'" >> "$W/data/postgresql.conf"
+[ -n "${DEVICES:-}" ] && echo "gpuivf.devices = '$DEVICES'" >> "$W/data/postgresql.conf"
 as_pg "pg_ctl -D $W/data -l $W/server.log -w start >/dev/null" || { cat "$W/server.log"; exit 1; }
 sleep 2
 sql "CREATE EXTENSION gpuivf;"
@@ -127,7 +137,7 @@ worker_results() {   # index nprobe file
 sql_results() {      # device probes file [nq]
 	local n=${4:-$NQ}
 	local f="$W/sq_$1_$2.sql"
-	echo "SET gpuivf.device = $1; SET gpuivf.probes = $2; SET enable_seqscan = off;" > "$f"
+	echo "SET gpuivf.device = $1; SET gpuivf.probes = $2; SET enable_seqscan = off; ${SHARD_SET:-}" > "$f"
 	for ((q = 0; q < n; q++)); do
 		echo "SELECT $q, array_agg(id ORDER BY d, id), array_agg(d ORDER BY d, id) FROM (SELECT id, v <-> (SELECT v FROM queries WHERE qid = $q) AS d FROM items ORDER BY v <-> (SELECT v FROM queries WHERE qid = $q) LIMIT 10) s;" >> "$f"
 	done
@@ -145,6 +155,30 @@ sql_results gpu "$PROBES" "$W/r_gpu.txt"
 sql_results cpu "$PROBES" "$W/r_cpu.txt"
 GPU_CPU=$($PY "$W/gpuivf_device.py" compare "$W/r_gpu.txt" "$W/r_cpu.txt")
 say "GPU vs CPU, same index, nprobe $PROBES: $GPU_CPU"
+
+# ---------------------------------------------- 2c. sharded (SHARDS=n)
+SHARD_SUMMARY="not run (set SHARDS=2)"
+if [ -n "$SHARDS" ]; then
+	SHARD_SET="SET gpuivf.shards = $SHARDS;" sql_results gpu "$PROBES" "$W/r_gpushard.txt"
+	SH_GPU=$($PY "$W/gpuivf_device.py" compare "$W/r_gpushard.txt" "$W/r_gpu.txt")
+	SH_CPU=$($PY "$W/gpuivf_device.py" compare "$W/r_gpushard.txt" "$W/r_cpu.txt")
+	SH_SAME=$(cmp -s "$W/r_gpushard.txt" "$W/r_gpu.txt" && echo identical || echo DIFFERENT)
+	SH_WHERE=$(sql "SELECT string_agg(format('worker %s: shard %s/%s, %s rows, %s MB', e->>'worker', e->>'shard', e->>'shards', e->>'vectors', ((e->>'bytes')::bigint >> 20)), '; ') FROM jsonb_array_elements(gpuivf_index_info('items_gpu') -> 'gpu_cache') e WHERE (e->>'shards')::int > 1")
+	say "sharded ($SHARDS) vs unsharded GPU: $SH_SAME ($SH_GPU); vs CPU: $SH_CPU; placement: $SH_WHERE"
+	q1sql="SET gpuivf.shards = $SHARDS; SET gpuivf.probes = $PROBES; SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE qid = 7) LIMIT 1;"
+	spid=$(sql "SELECT pid FROM gpuivf_stat WHERE worker = 1")
+	sql "SELECT pg_terminate_backend($spid);" >/dev/null
+	sleep 0.5
+	SH_ERR=$(sql "SET gpuivf.device = gpu; $q1sql" 2>&1 | grep -m1 -oE 'ERROR:.*')
+	SH_AUTO=$(sql "SET gpuivf.device = auto; $q1sql" 2>&1)
+	for i in $(seq 1 100); do
+		[ "$(sql "SELECT count(*) FROM gpuivf_stat WHERE state = 'ready' AND worker < $SHARDS")" = "$SHARDS" ] && break
+		sleep 0.3
+	done
+	SH_AFTER=$(sql "SET gpuivf.device = gpu; $q1sql" 2>&1)
+	say "shard worker 1 terminated: gpu -> ${SH_ERR:-no error}; auto -> $SH_AUTO; after restart gpu -> $SH_AFTER"
+	SHARD_SUMMARY="vs unsharded GPU: $SH_SAME ($SH_GPU); vs CPU: $SH_CPU; $SH_WHERE; worker 1 gone: gpu '${SH_ERR:-no error}', auto '$SH_AUTO', after restart '$SH_AFTER'"
+fi
 
 # ------------------------------------- 2b. ANALYZE calibration (exact kNN)
 # ANALYZE calibrates items_gpu (the only gpuivf index left): ground truth by
@@ -195,12 +229,14 @@ SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE qid = :q) LIMIT
 EOF
 chown "$PGUSER_OS" "$W/knn.sql"
 : > "$W/bench.txt"
-for dev in gpu cpu; do
+for dev in gpu cpu ${SHARDS:+gpushard}; do
 	for c in 1 16 64; do
 		j=$((c < 16 ? c : 16))
 		s0=$(wstat)
 		rm -f "$W"/pgb_*
-		as_pg "PGOPTIONS='-c gpuivf.device=$dev -c gpuivf.probes=$PROBES' pgbench -n -M prepared -c $c -j $j -T $BENCH_S -l --log-prefix=$W/pgb_${dev}_$c -f $W/knn.sql postgres" > "$W/pgbench_${dev}_$c.log" 2>&1
+		opts="-c gpuivf.device=$dev"
+		[ "$dev" = gpushard ] && opts="-c gpuivf.device=gpu -c gpuivf.shards=$SHARDS"
+		as_pg "PGOPTIONS='$opts -c gpuivf.probes=$PROBES' pgbench -n -M prepared -c $c -j $j -T $BENCH_S -l --log-prefix=$W/pgb_${dev}_$c -f $W/knn.sql postgres" > "$W/pgbench_${dev}_$c.log" 2>&1
 		s1=$(wstat)
 		tps=$(grep -E '^tps' "$W/pgbench_${dev}_$c.log" | head -1 | awk '{print $3}')
 		fail=$(grep -E 'number of failed|aborted' "$W/pgbench_${dev}_$c.log" | head -1)
@@ -255,6 +291,7 @@ echo "recall@10 (GPU)      nprobe $PROBES: $RECALL   nprobe 32: $RECALL32"
 echo "insert then query    first id $FRESH (want -1); refreshes $r0 -> $r1"
 echo "kill -9 worker       clients: ${KILL_ERR:-no error seen}; new worker ${newstate:-none}; then GPU answer: $AFTER"
 echo "workers              $PER_WORKER"
+echo "sharded (SHARDS)     $SHARD_SUMMARY"
 echo "pgbench (device clients tps p50/p99 ms, batch = mean queries per GPU call):"
 sed 's/^/  /' "$W/bench.txt"
 grep -E "gpuivf gpu worker" "$W/server.log" | grep -vE "statement:" | head -8

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# test/bench/run_device.sh — the benchmark (test/bench/run) at 1M rows on the
+# GPU machine, with the GPU worker: gpuivf.device = gpu, 1/16/64 pgbench
+# clients, the batched kNN join; results, summary.md and plots in $OUT/bench.
+#
+# Builds nothing of gpuivf: it installs a gpuivf.so and gpuivf_gpu.so built on
+# the development machine, carried with PostgreSQL in a pgkit folder (see
+# ../shared/device/README.md), the same folder test/gpu/run_device.sh uses:
+#   KIT/pgkit.sh, KIT/pgkit.tar.xz, KIT/gpuivf.so, KIT/gpuivf_gpu.so, and
+#   optionally KIT/gpuivf_gen, KIT/gpuivf_gt (else compiled here with g++).
+#
+# On the device, from the repository root (as root; PostgreSQL runs as the
+# kit's user pgrun):
+#   bash test/bench/run_device.sh .device-worker
+# Environment (defaults): ROWS (1000000), DIMS (128), QUERIES (1000),
+# CLIENTS (1,16,64), DEVICE (gpu; gpu,cpu measures both on the same index —
+# about twice the time), SECONDS_PER_POINT (4), OUT (/tmp/gpuivf-bench-device),
+# TIME_LIMIT (seconds test/bench/run may measure: 510 minus the set-up here).
+# Extra arguments after KIT go to test/bench/run as they are.
+# Locally, as a dry run against the installed PostgreSQL and gpuivf:
+#   GPUIVF_LOCAL=1 ROWS=20000 DIMS=64 QUERIES=200 CLIENTS=1,4 SECONDS_PER_POINT=1 \
+#     bash test/bench/run_device.sh .device-worker
+# Sized for the 10-minute command limit: about 5-7 minutes at 1M x 128 with
+# DEVICE=gpu (data and ground truth ~1 min, build, 11 knob values x 3 client
+# counts x 4 s of pgbench, recall passes, the join).
+set -u
+KIT=${1:-.device-worker}
+shift || true
+OUT=${OUT:-/tmp/gpuivf-bench-device}
+ROWS=${ROWS:-1000000}
+DIMS=${DIMS:-128}
+QUERIES=${QUERIES:-1000}
+CLIENTS=${CLIENTS:-1,16,64}
+DEVICE=${DEVICE:-gpu}
+SECONDS_PER_POINT=${SECONDS_PER_POINT:-4}
+started=$(date +%s)
+say() { echo "== [$(( $(date +%s) - started ))s] $*"; }
+mkdir -p "$OUT"
+
+perl -MFile::Temp -MTime::HiRes -MGetopt::Long -MPOSIX -e 1 \
+	|| { echo "error: test/bench/run needs perl with File::Temp, Time::HiRes, Getopt::Long, POSIX" >&2; exit 1; }
+
+# ------------------------------------------------- PostgreSQL and gpuivf
+if [ -n "${GPUIVF_LOCAL:-}" ]; then
+	# a dry run of this script on the development machine: the installed
+	# PostgreSQL and gpuivf, run by the user postgres; nothing is installed
+	PG_USER_OS=postgres
+	export PATH=/usr/lib/postgresql/15/bin:$PATH
+else
+	if [ ! -f "$KIT/pgkit.sh" ] || [ ! -f "$KIT/pgkit.tar.xz" ] || [ ! -f "$KIT/gpuivf.so" ]; then
+		echo "error: $KIT must hold pgkit.sh, pgkit.tar.xz and gpuivf.so (see the header of $0)" >&2
+		exit 1
+	fi
+	# shellcheck disable=SC1090,SC1091
+	source "$KIT/pgkit.sh" unpack "$KIT/pgkit.tar.xz" || exit 1
+	PG_USER_OS=pgrun
+	LIBDIR=$(pg_config --pkglibdir)
+	SHAREDIR=$(pg_config --sharedir)
+	cp "$KIT/gpuivf.so" "$LIBDIR/" || exit 1
+	if [ -f "$KIT/gpuivf_gpu.so" ]; then
+		cp "$KIT/gpuivf_gpu.so" "$LIBDIR/" || exit 1
+	else
+		echo "WARNING: $KIT/gpuivf_gpu.so is missing: the GPU worker will have no engine" >&2
+	fi
+	cp gpuivf.control sql/gpuivf--0.1.0.sql "$SHAREDIR/extension/" || exit 1
+fi
+nvidia-smi -L 2>&1 | head -4
+
+# ------------------------------------------------------ data tools
+TOOLS=/tmp/gpuivf-bench-tools
+rm -rf "$TOOLS" && mkdir -p "$TOOLS"
+if [ -x "$KIT/gpuivf_gen" ] && [ -x "$KIT/gpuivf_gt" ] && "$KIT/gpuivf_gen" --help >/dev/null 2>&1; then
+	cp "$KIT/gpuivf_gen" "$KIT/gpuivf_gt" "$TOOLS/"
+else
+	say "compiling gpuivf_gen and gpuivf_gt"
+	g++ -O2 -std=c++17 -o "$TOOLS/gpuivf_gen" test/tools/gpuivf_gen.cpp || exit 1
+	g++ -O2 -std=c++17 -pthread -o "$TOOLS/gpuivf_gt" test/tools/gpuivf_gt.cpp || exit 1
+fi
+export GPUIVF_TOOLS_DIR=$TOOLS
+
+# ------------------------------------------------------ the benchmark
+# test/bench/run runs as root here and starts PostgreSQL as pgrun (runuser,
+# with the kit's PATH and LD_LIBRARY_PATH); its temporary directory is
+# under /tmp, which pgrun can enter.
+export GPUIVF_PG_USER=$PG_USER_OS TMPDIR=/tmp
+# the plots: python3 (the device's has matplotlib), else /usr/bin/python3;
+# GPUIVF_PYTHON picks another
+# --time-limit: stop measuring (visibly, in summary.md) early enough that
+# the outputs are written within the device's 10-minute command limit.
+TIME_LIMIT=${TIME_LIMIT:-$((510 - ($(date +%s) - started)))}
+say "test/bench/run: $ROWS x $DIMS, $QUERIES queries, clients $CLIENTS, device $DEVICE, time limit ${TIME_LIMIT}s"
+perl test/bench/run --rows "$ROWS" --dims "$DIMS" --queries "$QUERIES" --clients "$CLIENTS" \
+	--device "$DEVICE" --seconds "$SECONDS_PER_POINT" --shared-buffers 16GB --port 5840 \
+	--time-limit "$TIME_LIMIT" --out "$OUT/bench" "$@"
+rc=$?
+say "test/bench/run exited with $rc; results in $OUT/bench:"
+ls -l "$OUT/bench"
+exit $rc
