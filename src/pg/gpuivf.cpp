@@ -19,10 +19,10 @@ PG_MODULE_MAGIC;
 int         gpuivf_probes = 0;
 int         gpuivf_rerank_candidates = 200;
 int         gpuivf_device = GPUIVF_DEVICE_AUTO;
-/* (planner helper, issue 6) planner integration settings */
+/* planner integration settings */
 bool        gpuivf_enable_batch_join = true;
 int         gpuivf_max_probes = 0;
-/* (analyze helper, issue 5) calibration settings */
+/* ANALYZE calibration settings */
 double      gpuivf_target_recall = 0.95;
 int         gpuivf_analyze_sample = GPUIVF_DEFAULT_ANALYZE_SAMPLE;
 
@@ -77,7 +77,7 @@ _PG_init(void)
                              "\"gpu\" requires the gpuivf GPU worker.",
                              &gpuivf_device, GPUIVF_DEVICE_AUTO, gpuivf_device_options,
                              PGC_USERSET, 0, NULL, NULL, NULL);
-    /* (analyze helper, issue 5) ANALYZE calibration; see gpuivfanalyze.cpp */
+    /* ANALYZE calibration; see gpuivfanalyze.cpp */
     DefineCustomRealVariable("gpuivf.target_recall",
                              "Recall@10 that gpuivf scans aim for when gpuivf.probes = 0.",
                              "Each scan probes the fewest lists whose recall, as measured by "
@@ -90,9 +90,8 @@ _PG_init(void)
                             &gpuivf_analyze_sample, GPUIVF_DEFAULT_ANALYZE_SAMPLE, 0,
                             GPUIVF_MAX_ANALYZE_SAMPLE,
                             PGC_USERSET, 0, NULL, NULL, NULL);
-    /* (end of analyze helper additions) */
 
-    /* (planner helper, issue 6) planner integration: settings, hooks and
+    /* planner integration: settings, hooks and
      * the custom scan nodes (gpuivfplanner.cpp) */
     DefineCustomBoolVariable("gpuivf.enable_batch_join",
                              "Runs LATERAL kNN joins on a gpuivf index as batched searches.",
@@ -109,7 +108,7 @@ _PG_init(void)
                             PGC_USERSET, 0, NULL, NULL, NULL);
     GpuivfPlannerInit();
 
-    /* (worker helper, issue 4) GPU worker settings; when preloading, its
+    /* GPU worker settings; when preloading, its
      * shared memory and one background worker per GPU (gpuivfworker.cpp) */
     GpuivfWorkerInit();
 

@@ -7,13 +7,18 @@
  * call that can ereport(), and no C++ exception can reach a PostgreSQL frame
  * (this directory is built with -fno-exceptions, the engine is noexcept).
  *
+ * Sections: constants; settings; page layout; relation options; module
+ * and access-method entry points, SQL functions; index state and input
+ * checks; WAL-logged page changes; scan; ANALYZE calibration;
+ * search dispatch; GPU worker; planner integration.
+ *
  * Design, page layouts, locking and WAL: README.md next to this file.
  */
 #ifndef GPUIVF_H
 #define GPUIVF_H
 
 /*
- * (pg-query helper change) PostgreSQL's headers are C without extern "C"
+ * PostgreSQL's headers are C without extern "C"
  * guards: included plainly from C++ they declare every PostgreSQL function
  * with C++ linkage, gpuivf.so then references mangled names (_Z10LockBufferii)
  * and cannot be loaded.  So every PostgreSQL header that src/pg uses is
@@ -105,7 +110,7 @@ extern "C" {
 #include "utils/timestamp.h"
 #include "utils/tuplesort.h"
 #include "utils/tuplestore.h"
-/* (worker helper, issue 4) the GPU worker: bgworker, shared memory, latches */
+/* the GPU worker: bgworker, shared memory, latches */
 #include "funcapi.h"
 #include "port/atomics.h"
 #include "postmaster/bgworker.h"
@@ -126,7 +131,7 @@ extern "C" {
 
 #include "../core/gpuivf_core.h"
 
-/* ------------------------------------------------------------ constants */
+/* --------------------------------------------------------- constants */
 
 #define GPUIVF_MAGIC            0x47504956  /* "GPIV" */
 #define GPUIVF_FORMAT_VERSION   1
@@ -155,7 +160,17 @@ extern "C" {
 #define GPUIVF_DEFAULT_PQ_BITS      8
 #define GPUIVF_DEFAULT_RERANK       true
 
-/* settings */
+/* Build phases reported in pg_stat_progress_create_index.subphase
+ * (1 is PostgreSQL's PROGRESS_CREATEIDX_SUBPHASE_INITIALIZE). */
+#define GPUIVF_PHASE_SAMPLE     2   /* "sampling table" */
+#define GPUIVF_PHASE_KMEANS     3   /* "training coarse quantizer" */
+#define GPUIVF_PHASE_PQ         4   /* "training product quantizer" */
+#define GPUIVF_PHASE_ENCODE     5   /* "encoding vectors" */
+#define GPUIVF_PHASE_WRITE      6   /* "writing lists" */
+
+/* ---------------------------------------------------------- settings */
+
+/* defined in gpuivf.cpp unless noted */
 #define GPUIVF_DEVICE_AUTO  0
 #define GPUIVF_DEVICE_CPU   1
 #define GPUIVF_DEVICE_GPU   2
@@ -164,7 +179,22 @@ extern int  gpuivf_probes;              /* gpuivf.probes, 0 = automatic */
 extern int  gpuivf_rerank_candidates;   /* gpuivf.rerank_candidates */
 extern int  gpuivf_device;              /* gpuivf.device */
 
-/* ---------------------------------------------------------- page layout */
+/* ANALYZE calibration */
+extern double gpuivf_target_recall;     /* gpuivf.target_recall, 0..1 */
+extern int  gpuivf_analyze_sample;      /* gpuivf.analyze_sample, queries; 0 = off */
+
+/* planner integration */
+extern bool gpuivf_enable_batch_join;   /* gpuivf.enable_batch_join */
+extern int  gpuivf_max_probes;          /* gpuivf.max_probes, 0 = no bound */
+
+/* GPU worker (defined in gpuivfworker.cpp) */
+extern char *gpuivf_devices;            /* gpuivf.devices: "" = all visible */
+extern int  gpuivf_batch_delay;         /* gpuivf.batch_delay, microseconds */
+extern int  gpuivf_gpu_memory_limit;    /* gpuivf.gpu_memory_limit, kB, 0 = automatic */
+extern int  gpuivf_worker_timeout;      /* gpuivf.worker_timeout, ms, 0 = none */
+extern int  gpuivf_request_buffer;      /* gpuivf.request_buffer, kB per backend */
+
+/* ------------------------------------------------------- page layout */
 
 /* Special space of every page. */
 typedef struct GpuivfPageOpaqueData
@@ -178,7 +208,7 @@ typedef GpuivfPageOpaqueData *GpuivfPageOpaque;
 #define GpuivfPageGetOpaque(page) \
     ((GpuivfPageOpaque) PageGetSpecialPointer(page))
 
-/* (analyze helper, issue 5) One measured point of the recall curve. */
+/* One measured point of the recall curve. */
 #define GPUIVF_CURVE_POINTS     64
 typedef struct GpuivfCurvePoint
 {
@@ -212,9 +242,8 @@ typedef struct GpuivfMetaPageData
     BlockNumber vector_insert_page; /* last vector page appended to */
 
     /*
-     * (analyze helper, issue 5) The recall curve measured by ANALYZE / CREATE
-     * INDEX: recall@calib_k against exact results for nprobe values in
-     * ascending order.  All zero until the first calibration (an index
+     * The recall curve measured by ANALYZE / CREATE INDEX: recall@calib_k
+     * against exact results for nprobe values in ascending order.  All zero until the first calibration (an index
      * written before these fields existed reads as "no curve": the page
      * beyond pd_lower is zero).  Written only by GpuivfLogCalibration.
      */
@@ -283,7 +312,31 @@ GpuivfIdToTid(uint64 id, ItemPointer tid)
     ItemPointerSet(tid, (BlockNumber) (id >> 16), (OffsetNumber) (id & 0xFFFF));
 }
 
-/* ------------------------------------------------------ relation options */
+/* Is this page initialized and of the given GPUIVF_PAGE_* type?  All-zero
+ * pages (left by an extension that crashed before its WAL record) are not. */
+static inline bool
+GpuivfPageIsType(Page page, uint16 page_type)
+{
+    return !PageIsNew(page) &&
+        PageGetSpecialSize(page) == MAXALIGN(sizeof(GpuivfPageOpaqueData)) &&
+        GpuivfPageGetOpaque(page)->page_id == GPUIVF_PAGE_ID &&
+        GpuivfPageGetOpaque(page)->page_type == page_type;
+}
+
+static inline bool
+GpuivfMetaIsTrained(const GpuivfMetaPageData *meta)
+{
+    return (meta->flags & GPUIVF_META_TRAINED) != 0;
+}
+
+/* Does a row live as a vector tuple (always when untrained, else with rerank)? */
+static inline bool
+GpuivfMetaStoresVectors(const GpuivfMetaPageData *meta)
+{
+    return !GpuivfMetaIsTrained(meta) || (meta->flags & GPUIVF_META_RERANK) != 0;
+}
+
+/* -------------------------------------------------- relation options */
 
 typedef struct GpuivfOptions
 {
@@ -294,60 +347,20 @@ typedef struct GpuivfOptions
     bool        rerank;
 } GpuivfOptions;
 
-/*
- * What a backend keeps of an index between scans (rd_amcache): the metapage
- * fields and the trained model, valid while train_id matches the metapage.
- */
-typedef struct GpuivfIndexState
-{
-    GpuivfMetaPageData meta;
-    float      *centroids;      /* lists * dims */
-    float      *centroid_norms; /* lists */
-    float      *codebook;       /* pq_m * 2^pq_bits * (dims / pq_m) */
-    gpuivf::IvfPqModel model;   /* views of the arrays above */
-} GpuivfIndexState;
+/* gpuivf.cpp: handler, _PG_init, settings, reloptions */
+bytea      *gpuivfoptions(Datum reloptions, bool validate);
+GpuivfOptions *GpuivfGetOptions(Relation index);
 
-/* ------------------------------------------------------------- scan state */
+/* gpuivfbuild.cpp: options resolved against the data (pq_m must divide dims) */
+int         GpuivfResolvePqM(Relation index, int pq_m_option, int dims);
 
-typedef struct GpuivfScanOpaqueData *GpuivfScanOpaque;
-
-/* ------------------------------------------------------------ prototypes */
+/* ------------------------------------------------------ entry points */
 
 /* gpuivf.cpp: the handler and module entry points */
 extern "C" {
 void        _PG_init(void);
 Datum       gpuivfhandler(PG_FUNCTION_ARGS);
 }
-
-/* gpuivf.cpp: handler, _PG_init, settings, reloptions */
-bytea      *gpuivfoptions(Datum reloptions, bool validate);
-GpuivfOptions *GpuivfGetOptions(Relation index);
-
-/* gpuivfutils.cpp: metric of an index, vector input checks, engine status */
-gpuivf::Metric GpuivfGetMetric(Relation index);
-float4     *GpuivfDatumGetVector(Datum value, int *dims);    /* validated, detoasted copy */
-void        GpuivfCheckDims(int expected, int actual);
-void        GpuivfRaiseStatus(const gpuivf::Status &status);
-bool        GpuivfShouldCancel(void *arg);                   /* CancelHook, never longjmps */
-
-/* gpuivfmeta.cpp: metapage and the per-backend model cache */
-void        GpuivfReadMeta(Relation index, GpuivfMetaPageData *meta);
-void        GpuivfCheckFormat(Relation index, const GpuivfMetaPageData *meta);
-/* The returned state lives in rd_amcache, which a relcache invalidation frees:
- * call it again at every amgettuple/aminsert, never keep the pointer across
- * calls.  meta is re-read from the metapage on every call. */
-GpuivfIndexState *GpuivfGetIndexState(Relation index);
-
-/* gpuivfpage.cpp: the only code that changes pages under WAL */
-Buffer      GpuivfNewBuffer(Relation index, ForkNumber forknum);
-void        GpuivfInitPage(Page page, uint16 page_type);
-void        GpuivfInitRegisterPage(GenericXLogState *state, Buffer buf, uint16 page_type, Page *page);
-void        GpuivfWriteRawPages(Relation index, ForkNumber forknum, uint16 page_type,
-                                const void *data, Size bytes, BlockNumber *start, uint32 *npages);
-void        GpuivfReadRawPages(Relation index, BlockNumber start, uint32 npages, uint16 page_type,
-                               void *data, Size bytes);
-GpuivfListDirEntry GpuivfReadDirEntry(Relation index, const GpuivfMetaPageData *meta, int list);
-void        GpuivfBumpMeta(GenericXLogState *state, Buffer metabuf, int64 vectors_delta);
 
 /* gpuivfbuild.cpp */
 IndexBuildResult *gpuivfbuild(Relation heap, Relation index, IndexInfo *indexInfo);
@@ -378,12 +391,8 @@ void        gpuivfcostestimate(PlannerInfo *root, IndexPath *path, double loop_c
 /* gpuivfvalidate.cpp */
 bool        gpuivfvalidate(Oid opclassoid);
 
-
-/* ------------------------------------------- pg-query helper additions */
-/*
- * Additions owned by the query side (gpuivf.cpp, gpuivfutils.cpp,
- * gpuivfscan.cpp, gpuivfcost.cpp, gpuivfvalidate.cpp, gpuivfvector.cpp).
- */
+/* gpuivfbuild.cpp: amphasename (the handler points amphasename here) */
+char       *gpuivfbuildphasename(int64 phasenum);
 
 /* gpuivfvector.cpp: the SQL distance functions on real[].  The opclasses
  * name them as support function 1, and GpuivfGetMetric() recognises the
@@ -395,65 +404,63 @@ Datum       gpuivf_negative_inner_product(PG_FUNCTION_ARGS);
 Datum       gpuivf_cosine_distance(PG_FUNCTION_ARGS);
 }
 
-/* gpuivfbuild.cpp (pg-storage helper): names of the build progress phases */
-char       *gpuivfbuildphasename(int64 phasenum);
+/* gpuivffuncs.cpp: SQL functions (the install script references them) */
+extern "C" {
+Datum       gpuivf_index_info(PG_FUNCTION_ARGS);
+Datum       gpuivf_verify(PG_FUNCTION_ARGS);
+}
+
+/* -------------------------------------- index state and input checks */
+
+/*
+ * What a backend keeps of an index between scans (rd_amcache): the metapage
+ * fields and the trained model, valid while train_id matches the metapage.
+ */
+typedef struct GpuivfIndexState
+{
+    GpuivfMetaPageData meta;
+    float      *centroids;      /* lists * dims */
+    float      *centroid_norms; /* lists */
+    float      *codebook;       /* pq_m * 2^pq_bits * (dims / pq_m) */
+    gpuivf::IvfPqModel model;   /* views of the arrays above */
+} GpuivfIndexState;
+
+/* gpuivfmeta.cpp: metapage and the per-backend model cache */
+void        GpuivfReadMeta(Relation index, GpuivfMetaPageData *meta);
+void        GpuivfCheckFormat(Relation index, const GpuivfMetaPageData *meta);
+/* The returned state lives in rd_amcache, which a relcache invalidation frees:
+ * call it again at every amgettuple/aminsert, never keep the pointer across
+ * calls.  meta is re-read from the metapage on every call. */
+GpuivfIndexState *GpuivfGetIndexState(Relation index);
+
+/* gpuivfmeta.cpp */
+void        GpuivfCheckMaxDims(int dims);   /* 54000 above gpuivf::kMaxDims */
+const char *GpuivfMetricName(int metric);
+
+/* gpuivfutils.cpp: metric of an index, vector input checks, engine status */
+gpuivf::Metric GpuivfGetMetric(Relation index);
+float4     *GpuivfDatumGetVector(Datum value, int *dims);    /* validated, detoasted copy */
+void        GpuivfCheckDims(int expected, int actual);
+void        GpuivfRaiseStatus(const gpuivf::Status &status);
+bool        GpuivfShouldCancel(void *arg);                   /* CancelHook, never longjmps */
 
 /* gpuivfutils.cpp: checks a detoasted real[] (element type, NULLs, shape,
  * empty, NaN, infinity) and returns a pointer to its float4 values inside the
  * array; no dimension limit (GpuivfDatumGetVector adds the index limit). */
 const float4 *GpuivfArrayGetValues(ArrayType *array, int *dims);
 
-/* gpuivfscan.cpp: the number of lists probed when gpuivf.probes = 0
- * (issue 5 replaces this by the curve tuned at ANALYZE) */
-int         GpuivfAutoProbes(int lists);
-/* the number of lists a scan probes in its first round */
-int         GpuivfScanProbes(int lists);
-/* rows the scan's query needs (0 = unknown): round 1 keeps at least that
- * many candidates; set before rescan (issue 6 sets it from the LIMIT) */
-void        GpuivfScanSetLimitHint(IndexScanDesc scan, int64 rows);
+/* ------------------------------------------- WAL-logged page changes */
 
-/* ------------------------------------- end of pg-query helper additions */
-
-
-/* ================================================================
- * pg-storage section (gpuivfpage/meta/build/insert/vacuum/funcs.cpp).
- * Additions only; see src/pg/README.md for the design they implement.
- * ================================================================ */
-
-/* Build phases reported in pg_stat_progress_create_index.subphase
- * (1 is PostgreSQL's PROGRESS_CREATEIDX_SUBPHASE_INITIALIZE). */
-#define GPUIVF_PHASE_SAMPLE     2   /* "sampling table" */
-#define GPUIVF_PHASE_KMEANS     3   /* "training coarse quantizer" */
-#define GPUIVF_PHASE_PQ         4   /* "training product quantizer" */
-#define GPUIVF_PHASE_ENCODE     5   /* "encoding vectors" */
-#define GPUIVF_PHASE_WRITE      6   /* "writing lists" */
-
-/* gpuivfbuild.cpp: amphasename (the handler points amphasename here) */
-char       *gpuivfbuildphasename(int64 phasenum);
-
-/* Is this page initialized and of the given GPUIVF_PAGE_* type?  All-zero
- * pages (left by an extension that crashed before its WAL record) are not. */
-static inline bool
-GpuivfPageIsType(Page page, uint16 page_type)
-{
-    return !PageIsNew(page) &&
-        PageGetSpecialSize(page) == MAXALIGN(sizeof(GpuivfPageOpaqueData)) &&
-        GpuivfPageGetOpaque(page)->page_id == GPUIVF_PAGE_ID &&
-        GpuivfPageGetOpaque(page)->page_type == page_type;
-}
-
-static inline bool
-GpuivfMetaIsTrained(const GpuivfMetaPageData *meta)
-{
-    return (meta->flags & GPUIVF_META_TRAINED) != 0;
-}
-
-/* Does a row live as a vector tuple (always when untrained, else with rerank)? */
-static inline bool
-GpuivfMetaStoresVectors(const GpuivfMetaPageData *meta)
-{
-    return !GpuivfMetaIsTrained(meta) || (meta->flags & GPUIVF_META_RERANK) != 0;
-}
+/* gpuivfpage.cpp: the only code that changes pages under WAL */
+Buffer      GpuivfNewBuffer(Relation index, ForkNumber forknum);
+void        GpuivfInitPage(Page page, uint16 page_type);
+void        GpuivfInitRegisterPage(GenericXLogState *state, Buffer buf, uint16 page_type, Page *page);
+void        GpuivfWriteRawPages(Relation index, ForkNumber forknum, uint16 page_type,
+                                const void *data, Size bytes, BlockNumber *start, uint32 *npages);
+void        GpuivfReadRawPages(Relation index, BlockNumber start, uint32 npages, uint16 page_type,
+                               void *data, Size bytes);
+GpuivfListDirEntry GpuivfReadDirEntry(Relation index, const GpuivfMetaPageData *meta, int list);
+void        GpuivfBumpMeta(GenericXLogState *state, Buffer metabuf, int64 vectors_delta);
 
 /* gpuivfpage.cpp: build-time page writer (no WAL; the build logs every page
  * with log_newpage_range at the end).  Appends pages to a fork in order. */
@@ -505,23 +512,62 @@ void        GpuivfLogFreeVectorTuples(Relation index, Buffer vecbuf, OffsetNumbe
                                       int noffsets, Buffer metabuf, bool count_vectors);
 BlockNumber GpuivfDirPageOf(const GpuivfMetaPageData *meta, int list);
 
-/* gpuivfmeta.cpp */
-void        GpuivfCheckMaxDims(int dims);   /* 54000 above gpuivf::kMaxDims */
-const char *GpuivfMetricName(int metric);
+/* gpuivfpage.cpp: the curve into the metapage (one record, metapage only) */
+void        GpuivfLogCalibration(Relation index, Buffer metabuf, const GpuivfMetaPageData *calib);
 
-/* gpuivfbuild.cpp: options resolved against the data (pq_m must divide dims) */
-int         GpuivfResolvePqM(Relation index, int pq_m_option, int dims);
+/* -------------------------------------------------------------- scan */
 
-/* gpuivffuncs.cpp: SQL functions (the install script references them) */
-extern "C" {
-Datum       gpuivf_index_info(PG_FUNCTION_ARGS);
-Datum       gpuivf_verify(PG_FUNCTION_ARGS);
-}
+/* private to gpuivfscan.cpp */
+typedef struct GpuivfScanOpaqueData *GpuivfScanOpaque;
 
-/* ============================================ end of pg-storage section */
+/* gpuivfscan.cpp: the number of lists probed when gpuivf.probes = 0
+ * and the index has no tuned curve (GpuivfProbesForScan) */
+int         GpuivfAutoProbes(int lists);
+/* the number of lists a scan probes in its first round */
+int         GpuivfScanProbes(int lists);
+/* rows the scan's query needs (0 = unknown): round 1 keeps at least that
+ * many candidates; set before rescan (the planner integration sets it from
+ * the LIMIT, gpuivfplanner.cpp) */
+void        GpuivfScanSetLimitHint(IndexScanDesc scan, int64 rows);
+
+/* where a scan's nprobe came from (EXPLAIN "Probes") */
+#define GPUIVF_PROBES_UNTRAINED 0   /* no lists: exact */
+#define GPUIVF_PROBES_SETTING   1   /* gpuivf.probes */
+#define GPUIVF_PROBES_AUTO      2   /* ceil(sqrt(lists)) */
+#define GPUIVF_PROBES_CURVE     3   /* the curve tuned at ANALYZE */
+
+/* gpuivfscan.cpp: what the scans of one scan descriptor did, summed over
+ * its rescans (EXPLAIN ANALYZE of the GpuivfKnn node) */
+typedef struct GpuivfScanStats
+{
+    int64       scans;          /* (re)scans that searched */
+    int64       k_sum;          /* rows asked of round 1 */
+    int64       probes_sum;     /* nprobe of round 1 */
+    int         probe_source;   /* GPUIVF_PROBES_* of the last scan */
+    int64       exact;          /* scans answered exactly */
+    int64       reranked;       /* candidates re-ranked exactly, all rounds */
+    int64       on_gpu;         /* scans answered by the GPU worker */
+    int64       batch_sum;      /* batch size the round 1 rode in */
+    double      gpu_ms;
+    double      queue_ms;
+    int64       precomputed;    /* round 1 taken from a batched join */
+    int64       deepened;       /* scans that went past round 1 */
+    int64       lists_max;      /* most lists one scan visited */
+} GpuivfScanStats;
+
+const GpuivfScanStats *GpuivfScanGetStats(IndexScanDesc scan);
+/* the limit hint the next scan descriptor of index gpuivf_pending_limit_index
+ * takes (gpuivfbeginscan consumes it): set by the GpuivfKnn node around its
+ * child's first call, when the child has no scan descriptor yet */
+extern int64 gpuivf_pending_limit_hint;
+extern double gpuivf_pending_filter_sel;
+extern Oid  gpuivf_pending_limit_index;
+/* gpuivfscan.cpp: the selectivity of the filter above the scan (1 = none),
+ * before the next rescan, with GpuivfScanSetLimitHint */
+void        GpuivfScanSetFilterSelectivity(IndexScanDesc scan, double sel);
 
 /* ================================================================
- * ANALYZE calibration (gpuivfanalyze.cpp, analyze helper, issue 5).
+ * ANALYZE calibration (gpuivfanalyze.cpp).
  * ================================================================ */
 
 /* The nprobe a scan uses when gpuivf.probes = 0: the curve's choice for
@@ -530,10 +576,6 @@ Datum       gpuivf_verify(PG_FUNCTION_ARGS);
  * curve), else GpuivfAutoProbes(lists).  k: rows the query wants (0 =
  * unknown; the curve is measured at k = 10 and used for any k). */
 int         GpuivfProbesForScan(const GpuivfMetaPageData *meta, int k, bool *from_curve);
-
-/* Settings (defined in gpuivf.cpp). */
-extern double gpuivf_target_recall;     /* gpuivf.target_recall, 0..1 */
-extern int  gpuivf_analyze_sample;      /* gpuivf.analyze_sample, queries; 0 = off */
 
 #define GPUIVF_CALIBRATION_K        10      /* recall@10 is measured */
 #define GPUIVF_DEFAULT_ANALYZE_SAMPLE 200
@@ -561,11 +603,6 @@ void        GpuivfExactKnnForCalibration(Relation index, Relation heap,
                                          const float4 *queries, const uint64 *exclude_ids,
                                          int k, uint64 *out_ids, float *out_scores,
                                          bool *on_gpu);
-
-/* gpuivfpage.cpp: the curve into the metapage (one record, metapage only) */
-void        GpuivfLogCalibration(Relation index, Buffer metabuf, const GpuivfMetaPageData *calib);
-
-/* ========================================= end of ANALYZE calibration */
 
 /* ================================================================
  * Search dispatch: the seam between a scan (or a batched kNN join) and the
@@ -601,6 +638,37 @@ typedef struct GpuivfSearchStats
 void        GpuivfSearchBatch(Relation index, int nq, const GpuivfQuery *queries,
                               GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats);
 
+/* gpuivfsearch.cpp: gpuivf.device = gpu without a worker is an error */
+void        GpuivfCheckDevice(void);
+
+/* gpuivfsearch.cpp: the round-1 query of a scan that needs `hint` rows
+ * (0 = unknown) of which a fraction filter_sel (1 = no filter) passes the
+ * scan's filter: k = hint (or gpuivf.rerank_candidates), nprobe from
+ * gpuivf.probes, or from the tuned curve / automatic rule raised by
+ * 1/sqrt(filter_sel), rerank = max(k, gpuivf.rerank_candidates) when the
+ * index stores vectors.  Returns a GPUIVF_PROBES_* source. */
+int         GpuivfMakeQuery(const GpuivfMetaPageData *meta, int64 hint, double filter_sel,
+                            const float4 *vector, GpuivfQuery *query);
+/* Rows to ask of round 1 when `rows` must pass a filter of selectivity sel
+ * (1 = no filter) */
+int64       GpuivfRowsForFilter(double rows, double sel);
+/* Is that query answered exactly (untrained, or every list with vectors)? */
+bool        GpuivfQueryIsExact(const GpuivfMetaPageData *meta, const GpuivfQuery *query);
+
+/*
+ * gpuivfsearch.cpp: a round 1 computed ahead of time (the batched kNN join)
+ * and offered to the next scan of that index.  A scan takes it only when its
+ * own round-1 query is the same (vector bytes, k, nprobe, rerank) and the
+ * metapage generation has not moved, i.e. when GpuivfSearchBatch would
+ * return exactly these hits; otherwise it searches itself.
+ */
+void        GpuivfOfferRoundOne(Oid indexoid, uint64 generation, const GpuivfQuery *query,
+                                int dims, const GpuivfHit *hits, int nhits,
+                                const GpuivfSearchStats *stats);
+bool        GpuivfTakeRoundOne(Oid indexoid, uint64 generation, const GpuivfQuery *query,
+                               int dims, GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats);
+void        GpuivfClearOffer(void);
+
 /* gpuivfclient.cpp (backend side of the GPU worker protocol) */
 bool        GpuivfWorkerAvailable(void);
 /* false when no worker could serve (the caller falls back to the CPU under
@@ -617,17 +685,10 @@ bool        GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *querie
                                GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats);
 
 /* ================================================================
- * GPU worker (gpuivfworker/shmem/client/gpuindex.cpp, worker helper,
- * issue 4).  The shared-memory layout is private (gpuivfworker.h); the
- * protocol is in README.md ("GPU worker").
+ * GPU worker (gpuivfworker/shmem/client/gpuindex.cpp).  The shared-memory
+ * layout is private (gpuivfworker.h); the protocol is in README.md
+ * ("GPU worker").
  * ================================================================ */
-
-/* settings (gpuivfworker.cpp) */
-extern char *gpuivf_devices;            /* gpuivf.devices: "" = all visible */
-extern int  gpuivf_batch_delay;         /* gpuivf.batch_delay, microseconds */
-extern int  gpuivf_gpu_memory_limit;    /* gpuivf.gpu_memory_limit, kB, 0 = automatic */
-extern int  gpuivf_worker_timeout;      /* gpuivf.worker_timeout, ms, 0 = none */
-extern int  gpuivf_request_buffer;      /* gpuivf.request_buffer, kB per backend */
 
 /* _PG_init: the worker's settings; when preloading, its shared memory and
  * one background worker per GPU */
@@ -649,7 +710,7 @@ bool        GpuivfWorkerEncode(Relation index, const gpuivf::IvfPqModel &model,
                                const float *raw, int64 n, int32 *lists, uint8 *codes);
 
 /*
- * (worker follow-up) The GPU engine's limits per query (the same numbers as
+ * The GPU engine's limits per query (the same numbers as
  * cuda/include/gpuivf_cuda.h, checked there by gpuivfworker.h).  Queries
  * above them run on the CPU under gpuivf.device = auto (counted in
  * gpuivf_stat.cpu_fallbacks) and raise GpuivfRaiseGpuLimit under gpu.
@@ -688,89 +749,12 @@ bool        GpuivfWorkerExactKnnRun(GpuivfExactKnnJob *job, int64 n, float *scor
 bool        GpuivfWorkerExactKnnDead(const GpuivfExactKnnJob *job);  /* a Run failed */
 void        GpuivfWorkerExactKnnEnd(GpuivfExactKnnJob *job);
 
-/* ======================================== end of GPU worker section */
-
-
 /* ================================================================
- * Planner integration (issue 6, planner helper): gpuivfsearch.cpp,
- * gpuivfscan.cpp, gpuivfplanner.cpp.  src/pg/README.md, "Planner".
+ * Planner integration (gpuivfplanner.cpp; src/pg/README.md, "Planner").
  * ================================================================ */
-
-/* settings (gpuivf.cpp) */
-extern bool gpuivf_enable_batch_join;   /* gpuivf.enable_batch_join */
-extern int  gpuivf_max_probes;          /* gpuivf.max_probes, 0 = no bound */
-
-/* gpuivfsearch.cpp: gpuivf.device = gpu without a worker is an error */
-void        GpuivfCheckDevice(void);
-
-/* where a scan's nprobe came from (EXPLAIN "Probes") */
-#define GPUIVF_PROBES_UNTRAINED 0   /* no lists: exact */
-#define GPUIVF_PROBES_SETTING   1   /* gpuivf.probes */
-#define GPUIVF_PROBES_AUTO      2   /* ceil(sqrt(lists)) */
-#define GPUIVF_PROBES_CURVE     3   /* the curve tuned at ANALYZE (issue 5) */
-
-/* gpuivfsearch.cpp: the round-1 query of a scan that needs `hint` rows
- * (0 = unknown) of which a fraction filter_sel (1 = no filter) passes the
- * scan's filter: k = hint (or gpuivf.rerank_candidates), nprobe from
- * gpuivf.probes, or from the tuned curve / automatic rule raised by
- * 1/sqrt(filter_sel), rerank = max(k, gpuivf.rerank_candidates) when the
- * index stores vectors.  Returns a GPUIVF_PROBES_* source. */
-int         GpuivfMakeQuery(const GpuivfMetaPageData *meta, int64 hint, double filter_sel,
-                            const float4 *vector, GpuivfQuery *query);
-/* Rows to ask of round 1 when `rows` must pass a filter of selectivity sel
- * (1 = no filter) */
-int64       GpuivfRowsForFilter(double rows, double sel);
-/* Is that query answered exactly (untrained, or every list with vectors)? */
-bool        GpuivfQueryIsExact(const GpuivfMetaPageData *meta, const GpuivfQuery *query);
-
-/*
- * gpuivfsearch.cpp: a round 1 computed ahead of time (the batched kNN join)
- * and offered to the next scan of that index.  A scan takes it only when its
- * own round-1 query is the same (vector bytes, k, nprobe, rerank) and the
- * metapage generation has not moved, i.e. when GpuivfSearchBatch would
- * return exactly these hits; otherwise it searches itself.
- */
-void        GpuivfOfferRoundOne(Oid indexoid, uint64 generation, const GpuivfQuery *query,
-                                int dims, const GpuivfHit *hits, int nhits,
-                                const GpuivfSearchStats *stats);
-bool        GpuivfTakeRoundOne(Oid indexoid, uint64 generation, const GpuivfQuery *query,
-                               int dims, GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats);
-void        GpuivfClearOffer(void);
-
-/* gpuivfscan.cpp: what the scans of one scan descriptor did, summed over
- * its rescans (EXPLAIN ANALYZE of the GpuivfKnn node) */
-typedef struct GpuivfScanStats
-{
-    int64       scans;          /* (re)scans that searched */
-    int64       k_sum;          /* rows asked of round 1 */
-    int64       probes_sum;     /* nprobe of round 1 */
-    int         probe_source;   /* GPUIVF_PROBES_* of the last scan */
-    int64       exact;          /* scans answered exactly */
-    int64       reranked;       /* candidates re-ranked exactly, all rounds */
-    int64       on_gpu;         /* scans answered by the GPU worker */
-    int64       batch_sum;      /* batch size the round 1 rode in */
-    double      gpu_ms;
-    double      queue_ms;
-    int64       precomputed;    /* round 1 taken from a batched join */
-    int64       deepened;       /* scans that went past round 1 */
-    int64       lists_max;      /* most lists one scan visited */
-} GpuivfScanStats;
-
-const GpuivfScanStats *GpuivfScanGetStats(IndexScanDesc scan);
-/* the limit hint the next scan descriptor of index gpuivf_pending_limit_index
- * takes (gpuivfbeginscan consumes it): set by the GpuivfKnn node around its
- * child's first call, when the child has no scan descriptor yet */
-extern int64 gpuivf_pending_limit_hint;
-extern double gpuivf_pending_filter_sel;
-extern Oid  gpuivf_pending_limit_index;
-/* gpuivfscan.cpp: the selectivity of the filter above the scan (1 = none),
- * before the next rescan, with GpuivfScanSetLimitHint */
-void        GpuivfScanSetFilterSelectivity(IndexScanDesc scan, double sel);
 
 /* gpuivfplanner.cpp: planner/executor hooks and the custom scan nodes,
  * installed by _PG_init */
 void        GpuivfPlannerInit(void);
-
-/* ====================================== end of planner integration */
 
 #endif                          /* GPUIVF_H */

@@ -268,7 +268,7 @@ TrainModel(GpuivfBuildState *bs)
     codebook_floats = (Size) bs->pq_m * ((Size) 1 << bs->pq_bits) * (d / bs->pq_m);
     bs->codebook = (float *) palloc_extended(codebook_floats * sizeof(float), MCXT_ALLOC_HUGE);
 
-    /* (worker helper, issue 4) k-means + PQ on the GPU worker when one can;
+    /* k-means + PQ on the GPU worker when one can;
      * same format, the CPU below otherwise (gpuivf.device decides) */
     if (GpuivfWorkerTrain(bs->index, bs->metric, bs->sample, n, d, bs->lists, bs->pq_m,
                           bs->pq_bits, bs->centroids, bs->codebook))
@@ -340,7 +340,7 @@ StartEncoding(GpuivfBuildState *bs)
     int64       cap = (int64) (budget / per_row);
 
     bs->batch_cap = (int) Max((int64) 64, Min((int64) GPUIVF_ENCODE_BATCH, cap));
-    /* (worker helper, issue 4) the GPU worker wants bigger batches */
+    /* the GPU worker wants bigger batches */
     if (GpuivfWorkerAvailable())
         bs->batch_cap = (int) Max((int64) 64, Min((int64) 65536, cap));
     bs->batch_n = 0;
@@ -367,7 +367,7 @@ FlushBatch(GpuivfBuildState *bs)
 
     if (bs->batch_n == 0)
         return;
-    /* (worker helper, issue 4) on the GPU worker when one can */
+    /* on the GPU worker when one can */
     if (!GpuivfWorkerEncode(bs->index, bs->model, bs->batch_raw, bs->batch_n, bs->labels,
                             bs->codes))
         CheckEngine(gpuivf::ivfpq_encode(bs->model, bs->batch_prep, bs->batch_n, bs->labels,
@@ -605,7 +605,7 @@ gpuivfbuild(Relation heap, Relation index, IndexInfo *indexInfo)
         BuildTrained(bs, indexInfo, &reltuples);
 
     GpuivfBuildLogPages(index, bs->forknum);
-    /* (issue 5) a fresh index is tuned before its first ANALYZE */
+    /* a fresh index is tuned before its first ANALYZE */
     if (bs->rows > 0)
         GpuivfCalibrate(index, heap);
     result->heap_tuples = reltuples;

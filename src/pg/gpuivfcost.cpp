@@ -10,7 +10,8 @@
  * the LIMIT of this query level, if any, and the tuned probes.  With LIMIT k the planner charges startup plus a k/rows share of
  * the rest, so kNN queries on large tables use the index while tiny tables,
  * where reading R vector tuples costs more than reading the heap, keep their
- * sequential scan.
+ * sequential scan.  Page reads of repeated scans (loop_count > 1, e.g. a
+ * LATERAL kNN join) are amortized as genericcostestimate does.
  */
 #include "gpuivf.h"
 
@@ -125,25 +126,60 @@ gpuivfcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
         double      rerank = Min((double) Max(Max(query.rerank, query.k), 1), scored);
         double      rerank_pages = 0;
         double      ksub = (double) (1 << meta.pq_bits);
+        double      list_fetched;
+
+        double      loops = Max(loop_count, 1.0);
+        double      cache_pages = Max((double) effective_cache_size, 1.0);
+        double      hot_page_cost;
+
+        /*
+         * A kNN index is read by every query (the model, the best lists, the
+         * vectors of the candidates), so when it fits in
+         * effective_cache_size its pages are mostly in shared buffers or the
+         * OS cache: a scattered read then costs between a sequential and a
+         * random page, the closer to sequential the smaller the index is
+         * against the cache.  Charging R cold random reads instead made a
+         * 100-row LATERAL kNN join cost ~100k and trigger JIT (~13 ms) for
+         * a query that reads a few MB of cached pages.
+         */
+        if (index->pages < cache_pages)
+            hot_page_cost = seq_page_cost + (random_page_cost - seq_page_cost) *
+                ((double) index->pages / cache_pages);
+        else
+            hot_page_cost = random_page_cost;
 
         /* probing and one look-up table per probed list */
         startup = nlist * cpu_operator_cost + nprobe * ksub * cpu_operator_cost;
-        /* the first page of a list is a random read, the rest follow it */
-        startup += nprobe * random_page_cost + Max(probed_pages - nprobe, 0.0) * seq_page_cost;
-        /* ADC: a handful of table look-ups per entry */
-        startup += scored * (cpu_index_tuple_cost + 0.5 * cpu_operator_cost);
+
+        /*
+         * Pages: the probed lists' pages and the re-rank candidates' vector
+         * pages.  Repeated scans (the inner side of a nested loop, loop_count
+         * > 1) find most of them cached, so as genericcostestimate does the
+         * pages fetched over all loops come from index_pages_fetched and
+         * each loop is charged its share; otherwise a 100-row LATERAL kNN
+         * join would be charged 100 cold reads of R random pages and cross
+         * jit_above_cost although it reads a few MB of cached pages.
+         */
+        list_fetched = index_pages_fetched(probed_pages * loops, (BlockNumber) list_pages,
+                                           (double) index->pages, root) / loops;
+        startup += Min(nprobe, list_fetched) * hot_page_cost
+            + Max(list_fetched - nprobe, 0.0) * seq_page_cost;
+        /* ADC: one table look-up and add per sub-quantizer code, charged a
+         * tenth of an operator (an operator is a function call) */
+        startup += scored * (cpu_index_tuple_cost + meta.pq_m * 0.1 * cpu_operator_cost);
         if (stores_vectors)
         {
-            rerank_pages = index_pages_fetched(rerank, (BlockNumber) vector_pages,
-                                               (double) vector_pages, root);
-            startup += rerank_pages * random_page_cost + rerank * cpu_operator_cost;
+            rerank_pages = index_pages_fetched(rerank * loops, (BlockNumber) vector_pages,
+                                               (double) index->pages, root) / loops;
+            /* an exact distance: dims multiply-adds, inlined, no fmgr call */
+            startup += rerank_pages * hot_page_cost + rerank * dims * 0.01 * cpu_operator_cost;
         }
         startup += rerank * log2(Max(rerank, 2.0)) * 2.0 * cpu_operator_cost;
 
         /* streaming every other row: all lists again, all vectors */
         total = startup + list_pages * seq_page_cost + vector_pages * random_page_cost
             + tuples * (cpu_index_tuple_cost + 1.5 * cpu_operator_cost);
-        pages_read = probed_pages + rerank_pages;
+        pages_read = list_fetched + rerank_pages;
     }
 
     *indexStartupCost = startup;

@@ -99,7 +99,7 @@ OpenGpuivfIndex(Oid relid, Relation *heap)
 /* ------------------------------------------------------ gpuivf_index_info */
 
 /*
- * (analyze helper, issue 5) The recall curve ANALYZE measured and the nprobe
+ * The recall curve ANALYZE measured and the nprobe
  * scans use now: "calibration" (null when never measured) and "probes"
  * {"in_use", "source": "setting" | "curve" | "automatic", "target_recall",
  * "target_reached"}.
@@ -200,7 +200,7 @@ gpuivf_index_info(PG_FUNCTION_ARGS)
     }
     else
         appendStringInfoString(&json, "\"list_size\": null, ");
-    /* (worker helper, issue 4) which GPU workers hold the index */
+    /* which GPU workers hold the index */
     GpuivfAppendCacheInfo(&json, index);
     appendStringInfo(&json, "\"format_version\": %u, \"generation\": " UINT64_FORMAT
                      ", \"train_id\": " UINT64_FORMAT ", ",

@@ -497,7 +497,7 @@ GpuivfLogFreeVectorTuples(Relation index, Buffer vecbuf, OffsetNumber *offsets, 
     GenericXLogFinish(state);
 }
 
-/* ------------------------------------------ ANALYZE calibration (issue 5) */
+/* -------------------------------------------------- ANALYZE calibration */
 
 /* The curve was appended to the metapage struct; the fields before it keep
  * the offsets of format version 1 (README.md, "Metapage"). */

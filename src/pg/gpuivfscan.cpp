@@ -18,8 +18,10 @@
  *            or gpuivf.max_probes lists were.
  *  exact     when nprobe covers every list and the index stores vectors, or
  *            the index is untrained: with a limit hint round 1 is the exact
- *            top k and the rest follows fully sorted; without, all rows are
- *            sorted at once — the same order as a sequential scan.
+ *            top k (a bounded heap) and, only if the executor wants more,
+ *            the rest; without a hint every distance at once.  Either way
+ *            the rows are sorted lazily in doubling chunks — the same order
+ *            as a sequential scan.
  *
  * Round 1 returns heap TIDs; later rounds skip rows round 1 returned by heap
  * TID, and list entries they already handed out by entry id.  Without stored
@@ -36,6 +38,7 @@
  */
 #include "gpuivf.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "access/relscan.h"
@@ -123,6 +126,7 @@ typedef struct GpuivfScanOpaqueData
     int64       nresults;
     int64       results_cap;
     int64       results_pos;
+    int64       nsorted;        /* results[0, nsorted) are in final order */
 
     /* scratch for one chunk */
     uint64     *chunk_ids;
@@ -181,6 +185,38 @@ GpuivfCompareResults(const void *a, const void *b)
     if (ra->heapid != rb->heapid)
         return ra->heapid < rb->heapid ? -1 : 1;
     return 0;
+}
+
+/* GpuivfCompareResults as a strict "less" for std::nth_element/std::sort. */
+static inline bool
+GpuivfResultLess(const GpuivfResult &a, const GpuivfResult &b)
+{
+    return GpuivfCompareResults(&a, &b) < 0;
+}
+
+/*
+ * Exact mode computes every distance but sorts lazily: before results[pos]
+ * is returned, the next chunk of the unsorted tail is selected
+ * (nth_element, linear) and sorted.  Chunks double from 1024 rows, so a
+ * query that stops early sorts O(rows read) instead of all N rows, and a
+ * full read still costs O(N log N).
+ */
+static void
+GpuivfEnsureSorted(GpuivfScanOpaque so, int64 pos)
+{
+    while (pos >= so->nsorted && so->nsorted < so->nresults)
+    {
+        GpuivfResult *first = so->results + so->nsorted;
+        GpuivfResult *end = so->results + so->nresults;
+        int64       chunk = Max(so->nsorted, (int64) 1024);
+        GpuivfResult *mid = (end - first > chunk) ? first + chunk : end;
+
+        if (mid != end)
+            std::nth_element(first, mid, end, GpuivfResultLess);
+        std::sort(first, mid, GpuivfResultLess);
+        so->nsorted = mid - so->results;
+        CHECK_FOR_INTERRUPTS();
+    }
 }
 
 /* Ascending uint64. */
@@ -442,8 +478,13 @@ GpuivfRerank(Relation index, GpuivfScanOpaque so, const uint64 *ids, const float
 /* ------------------------------------------------------------- phases */
 
 /*
- * Exact mode: the distance of every vector tuple, fully sorted.  Vector
- * pages are found by walking all blocks and checking the page type.
+ * Exact mode: the distance of every vector tuple, sorted lazily by
+ * GpuivfEnsureSorted.  Vector pages are found by walking all blocks and
+ * checking the page type.  Memory: one 16-byte GpuivfResult per row
+ * (MemoryContextAllocHuge, 16 MB per million rows), not bounded by
+ * work_mem: bounding it would mean reading every vector page again for each
+ * chunk of rows; the LIMIT case never gets here before round 1 returned
+ * the exact top k with O(k) memory (gpuivfsearch.cpp, SearchExact).
  */
 static void
 GpuivfScanExact(Relation index, GpuivfScanOpaque so)
@@ -483,8 +524,8 @@ GpuivfScanExact(Relation index, GpuivfScanOpaque so)
         UnlockReleaseBuffer(buf);
         CHECK_FOR_INTERRUPTS();
     }
-    if (so->nresults > 1)
-        qsort(so->results, so->nresults, sizeof(GpuivfResult), GpuivfCompareResults);
+    /* sorted lazily, chunk by chunk (GpuivfEnsureSorted) */
+    so->nsorted = 0;
 }
 
 /* Is this heap id among those round 1 returned? */
@@ -560,6 +601,7 @@ GpuivfScanRoundOne(Relation index, GpuivfScanOpaque so)
         so->round1_ids[i] = r->heapid;
     }
     so->nround1 = nhits;
+    so->nsorted = so->nresults;     /* hits come sorted */
     if (nhits > 1)
         qsort(so->round1_ids, nhits, sizeof(uint64), GpuivfCompareIds);
     pfree(hits);
@@ -751,6 +793,7 @@ GpuivfLoadNextChunk(Relation index, GpuivfScanOpaque so)
             if (so->rerank)
                 so->stats.reranked += n;
             GpuivfDropRoundOneRows(so, 0);
+            so->nsorted = so->nresults;     /* GpuivfRerank sorted them */
             if (so->nresults > 0)
                 return true;
             continue;
@@ -960,6 +1003,7 @@ gpuivfgettuple(IndexScanDesc scan, ScanDirection dir)
             return false;
         }
     }
+    GpuivfEnsureSorted(so, so->results_pos);
     MemoryContextSwitchTo(oldcxt);
 
     r = &so->results[so->results_pos++];

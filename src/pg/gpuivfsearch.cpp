@@ -261,6 +261,59 @@ typedef struct RerankItem
 } RerankItem;
 
 /*
+ * The re-rank reads one vector page per candidate group (candidates sorted
+ * by block), scattered over the index: with pages already in shared
+ * buffers its cost is the cache misses of each page's header, line pointers
+ * and tuple, one after another.  So the pages are pinned RERANK_PIN_AHEAD
+ * groups ahead: at the pin the header, special space and the needed line
+ * pointers are prefetched, one group later the tuples they point at, and by
+ * the time a page is locked and read its lines are in cache.  Reading line
+ * pointers without the content lock only steers prefetches (which never
+ * fault); the real read happens under the lock.
+ */
+#define RERANK_PIN_AHEAD 3
+
+static Buffer
+RerankPin(Relation index, const RerankItem *items, const int64 *gstart, int64 g)
+{
+    Buffer      buf = ReadBufferExtended(index, MAIN_FORKNUM,
+                                         (BlockNumber) (items[gstart[g]].entry >> 16),
+                                         RBM_NORMAL, NULL);
+    char       *page = (char *) BufferGetPage(buf);
+
+    __builtin_prefetch(page);
+    __builtin_prefetch(page + BLCKSZ - 64);
+    for (int64 i = gstart[g]; i < gstart[g + 1]; i++)
+    {
+        OffsetNumber off = (OffsetNumber) (items[i].entry & 0xFFFF);
+
+        __builtin_prefetch(page + SizeOfPageHeaderData + (Size) (off - 1) * sizeof(ItemIdData));
+    }
+    return buf;
+}
+
+static void
+RerankPrefetchTuples(Buffer buf, const RerankItem *items, int64 from, int64 to)
+{
+    char       *page = (char *) BufferGetPage(buf);
+
+    for (int64 i = from; i < to; i++)
+    {
+        OffsetNumber off = (OffsetNumber) (items[i].entry & 0xFFFF);
+        ItemIdData  iid;
+
+        if (off < FirstOffsetNumber || off > MaxOffsetNumber)
+            continue;
+        memcpy(&iid, page + SizeOfPageHeaderData + (Size) (off - 1) * sizeof(ItemIdData),
+               sizeof(ItemIdData));
+        if (iid.lp_off == 0 || iid.lp_off >= BLCKSZ)
+            continue;
+        __builtin_prefetch(page + iid.lp_off);
+        __builtin_prefetch(page + iid.lp_off + 64);
+    }
+}
+
+/*
  * IVF round 1 of the queries listed in which[0..nivf): probe, ADC TopK of C
  * candidates per query (list-major), exact re-rank, first k.
  */
@@ -416,6 +469,9 @@ SearchIvf(Relation index, SearchScratch *s, const GpuivfQuery *queries, const in
         SearchResult **res = (SearchResult **) palloc(sizeof(SearchResult *) * nivf);
         int        *nres = (int *) palloc0(sizeof(int) * nivf);
         int64       i = 0;
+        int64      *gstart;
+        int64       ngroups = 0;
+        Buffer      pinned[RERANK_PIN_AHEAD];
 
         for (int j = 0; j < nivf; j++)
         {
@@ -437,19 +493,39 @@ SearchIvf(Relation index, SearchScratch *s, const GpuivfQuery *queries, const in
         });
         *reranked += nitems;
 
-        while (i < nitems)
+        /* the candidates grouped by vector page: group g is items[gstart[g], gstart[g + 1]) */
+        gstart = (int64 *) MemoryContextAllocHuge(s->ctx, sizeof(int64) * (nitems + 1));
+        for (i = 0; i < nitems; i++)
+            if (i == 0 || (items[i].entry >> 16) != (items[i - 1].entry >> 16))
+                gstart[ngroups++] = i;
+        gstart[ngroups] = nitems;
+
+        for (int64 g = 0; g < ngroups; g++)
         {
-            BlockNumber blkno = (BlockNumber) (items[i].entry >> 16);
-            Buffer      buf = ReadBufferExtended(index, MAIN_FORKNUM, blkno, RBM_NORMAL, NULL);
+            BlockNumber blkno = (BlockNumber) (items[gstart[g]].entry >> 16);
+            Buffer      buf;
             Page        page;
             OffsetNumber maxoff;
+
+            /* pin ahead and warm the caches (see RerankPrefetch) */
+            if (g == 0)
+                for (int64 a = 0; a < RERANK_PIN_AHEAD && a < ngroups; a++)
+                    pinned[a % RERANK_PIN_AHEAD] = RerankPin(index, items, gstart, a);
+            else if (g + RERANK_PIN_AHEAD - 1 < ngroups)
+                pinned[(g + RERANK_PIN_AHEAD - 1) % RERANK_PIN_AHEAD] =
+                    RerankPin(index, items, gstart, g + RERANK_PIN_AHEAD - 1);
+            if (g + 1 < ngroups)
+                RerankPrefetchTuples(pinned[(g + 1) % RERANK_PIN_AHEAD], items,
+                                     gstart[g + 1], gstart[g + 2]);
+            buf = pinned[g % RERANK_PIN_AHEAD];
+            pinned[g % RERANK_PIN_AHEAD] = InvalidBuffer;
 
             LockBuffer(buf, BUFFER_LOCK_SHARE);
             page = BufferGetPage(buf);
             if (!GpuivfPageIsType(page, GPUIVF_PAGE_VECTOR))
                 BadPage(index, blkno, "vector");
             maxoff = PageGetMaxOffsetNumber(page);
-            for (; i < nitems && (BlockNumber) (items[i].entry >> 16) == blkno; i++)
+            for (i = gstart[g]; i < gstart[g + 1]; i++)
             {
                 OffsetNumber off = (OffsetNumber) (items[i].entry & 0xFFFF);
                 ItemId      iid;

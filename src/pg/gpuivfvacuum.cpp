@@ -274,7 +274,7 @@ gpuivfbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 
 /*
  * amvacuumcleanup: statistics (bulkdelete did the work), and the recall
- * curve of issue 5 (gpuivfanalyze.cpp).  ANALYZE (and autovacuum's
+ * curve (gpuivfanalyze.cpp).  ANALYZE (and autovacuum's
  * auto-analyze) calls it with analyze_only: measure the curve.  VACUUM
  * ANALYZE never does (PostgreSQL skips the analyze_only call when the
  * VACUUM part ran), so a VACUUM re-measures a missing or stale curve
