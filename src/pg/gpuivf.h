@@ -440,9 +440,13 @@ const char *GpuivfMetricName(int metric);
 /* gpuivfutils.cpp: metric of an index, vector input checks, engine status */
 gpuivf::Metric GpuivfGetMetric(Relation index);
 float4     *GpuivfDatumGetVector(Datum value, int *dims);    /* validated, detoasted copy */
+float4     *GpuivfRowVector(Datum *values, bool *isnull, MemoryContext rowctx, int *dims);
+                                                            /* values[0] in rowctx, NULL if null */
 void        GpuivfCheckDims(int expected, int actual);
 void        GpuivfRaiseStatus(const gpuivf::Status &status);
 bool        GpuivfShouldCancel(void *arg);                   /* CancelHook, never longjmps */
+bool        GpuivfSortedIdsContain(const uint64 *ids, int64 n, uint64 id);  /* binary search */
+int64       GpuivfReservoirSlot(pg_prng_state *prng, int64 held, int64 cap, int64 seen);
 
 /* gpuivfutils.cpp: checks a detoasted real[] (element type, NULLs, shape,
  * empty, NaN, infinity) and returns a pointer to its float4 values inside the
@@ -514,6 +518,13 @@ BlockNumber GpuivfDirPageOf(const GpuivfMetaPageData *meta, int list);
 
 /* gpuivfpage.cpp: the curve into the metapage (one record, metapage only) */
 void        GpuivfLogCalibration(Relation index, Buffer metabuf, const GpuivfMetaPageData *calib);
+
+/* gpuivfpage.cpp: reading pages (scan, batch search) */
+void        GpuivfBadPage(Relation index, BlockNumber blkno, const char *expected);  /* ERROR */
+int         GpuivfReadListPage(Relation index, BlockNumber blkno, int code_size, int capacity,
+                               uint64 *ids, uint8 *codes, BlockNumber *next);
+GpuivfVectorTuple *GpuivfPageVectorTuple(Relation index, Page page, BlockNumber blkno,
+                                         OffsetNumber off, int dims);    /* NULL: not in use */
 
 /* -------------------------------------------------------------- scan */
 

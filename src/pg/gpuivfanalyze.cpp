@@ -148,15 +148,12 @@ HeapWalkCallback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
                  bool tupleIsAlive, void *arg)
 {
     HeapWalk   *hw = (HeapWalk *) arg;
-    MemoryContext old;
     float4     *x;
     int         dims;
 
-    if (isnull[0])
+    x = GpuivfRowVector(values, isnull, hw->rowctx, &dims);
+    if (x == NULL)
         return;
-    old = MemoryContextSwitchTo(hw->rowctx);
-    x = GpuivfDatumGetVector(values[0], &dims);
-    MemoryContextSwitchTo(old);
     if (dims == hw->dims)
         hw->sink(hw->arg, x, GpuivfTidToId(tid), GpuivfTidToId(tid));
     MemoryContextReset(hw->rowctx);
@@ -217,17 +214,10 @@ static void
 SampleSink(void *arg, const float4 *x, uint64 id, uint64 heap_id)
 {
     CalibSample *s = (CalibSample *) arg;
-    int64       slot = -1;
+    int64       slot = GpuivfReservoirSlot(&s->prng, s->nq, s->cap, s->seen);
 
-    if (s->nq < s->cap)
-        slot = s->nq++;
-    else
-    {
-        uint64      j = pg_prng_uint64_range(&s->prng, 0, (uint64) s->seen);
-
-        if (j < (uint64) s->cap)
-            slot = (int64) j;
-    }
+    if (slot == s->nq)
+        s->nq++;
     if (slot >= 0)
     {
         memcpy(s->queries + (Size) slot * s->dims, x, sizeof(float4) * s->dims);
@@ -261,17 +251,6 @@ typedef struct TruthState
     int64       gpu_batches;    /* batches the worker answered */
 } TruthState;
 
-/* Raise an engine error, letting a pending interrupt raise first. */
-static void
-CheckEngine(const gpuivf::Status &status)
-{
-    if (gpuivf::ok(status))
-        return;
-    if (status.code == gpuivf::kCanceled)
-        CHECK_FOR_INTERRUPTS();
-    GpuivfRaiseStatus(status);
-}
-
 static void
 TruthFlush(TruthState *ts)
 {
@@ -286,8 +265,8 @@ TruthFlush(TruthState *ts)
         GpuivfWorkerExactKnnRun(ts->job, ts->batch_n, ts->knn_vals, ts->knn_ids))
         ts->gpu_batches++;
     else
-        CheckEngine(gpuivf::exact_knn(ts->metric, ts->batch_x, ts->batch_n, ts->queries, ts->nq,
-                                      ts->dims, kk, ts->knn_vals, ts->knn_ids, &cancel));
+        GpuivfRaiseStatus(gpuivf::exact_knn(ts->metric, ts->batch_x, ts->batch_n, ts->queries, ts->nq,
+                                            ts->dims, kk, ts->knn_vals, ts->knn_ids, &cancel));
     for (int q = 0; q < ts->nq; q++)
     {
         gpuivf::TopK *h = &ts->heaps[q];

@@ -93,17 +93,6 @@ typedef struct GpuivfBuildState
     MemoryContext rowctx;       /* reset after every row */
 } GpuivfBuildState;
 
-/* Raise an engine error (after letting a pending interrupt raise first). */
-static void
-CheckEngine(const gpuivf::Status &status)
-{
-    if (gpuivf::ok(status))
-        return;
-    if (status.code == gpuivf::kCanceled)
-        CHECK_FOR_INTERRUPTS();
-    GpuivfRaiseStatus(status);
-}
-
 /* The cancel hook every long engine call gets. */
 static gpuivf::CancelHook
 BuildCancelHook(void)
@@ -205,30 +194,21 @@ SampleCallback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
                bool tupleIsAlive, void *arg)
 {
     GpuivfBuildState *bs = (GpuivfBuildState *) arg;
-    MemoryContext old;
     float4     *x;
     int         dims;
-    int64       slot = -1;
+    int64       slot;
 
-    if (isnull[0])
+    x = GpuivfRowVector(values, isnull, bs->rowctx, &dims);
+    if (x == NULL)
         return;
-    old = MemoryContextSwitchTo(bs->rowctx);
-    x = GpuivfDatumGetVector(values[0], &dims);
-    MemoryContextSwitchTo(old);
     if (bs->dims == 0)
         AcceptFirstDims(bs, dims);
     else
         GpuivfCheckDims(bs->dims, dims);
 
-    if (bs->sample_n < bs->sample_cap)
-        slot = bs->sample_n++;
-    else
-    {
-        uint64      j = pg_prng_uint64_range(&bs->prng, 0, (uint64) bs->rows);
-
-        if (j < (uint64) bs->sample_cap)
-            slot = (int64) j;
-    }
+    slot = GpuivfReservoirSlot(&bs->prng, bs->sample_n, bs->sample_cap, bs->rows);
+    if (slot == bs->sample_n)
+        bs->sample_n++;
     if (slot >= 0)
         gpuivf::prepare_vector(bs->metric, x, bs->sample + slot * bs->dims, bs->dims);
     bs->rows++;
@@ -278,14 +258,14 @@ TrainModel(GpuivfBuildState *bs)
     }
     else
     {
-        CheckEngine(gpuivf::kmeans_train(bs->sample, n, d, bs->lists, params, bs->centroids,
-                                         &cancel));
+        GpuivfRaiseStatus(gpuivf::kmeans_train(bs->sample, n, d, bs->lists, params, bs->centroids,
+                                               &cancel));
         gpuivf::row_norms(bs->centroids, bs->lists, d, bs->centroid_norms);
 
         pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, GPUIVF_PHASE_PQ);
         labels = (int32 *) palloc_extended((Size) n * sizeof(int32), MCXT_ALLOC_HUGE);
-        CheckEngine(gpuivf::assign_nearest(bs->centroids, bs->centroid_norms, bs->lists, d,
-                                           bs->sample, n, labels, NULL, &cancel));
+        GpuivfRaiseStatus(gpuivf::assign_nearest(bs->centroids, bs->centroid_norms, bs->lists, d,
+                                                 bs->sample, n, labels, NULL, &cancel));
         for (int64 i = 0; i < n; i++)
         {
             float      *x = bs->sample + i * d;
@@ -294,8 +274,8 @@ TrainModel(GpuivfBuildState *bs)
             for (int j = 0; j < d; j++)
                 x[j] -= c[j];
         }
-        CheckEngine(gpuivf::pq_train(bs->sample, n, d, bs->pq_m, bs->pq_bits, GPUIVF_TRAIN_SEED,
-                                     bs->codebook, &cancel));
+        GpuivfRaiseStatus(gpuivf::pq_train(bs->sample, n, d, bs->pq_m, bs->pq_bits, GPUIVF_TRAIN_SEED,
+                                           bs->codebook, &cancel));
         pfree(labels);
     }
     pfree(bs->sample);
@@ -370,8 +350,8 @@ FlushBatch(GpuivfBuildState *bs)
     /* on the GPU worker when one can */
     if (!GpuivfWorkerEncode(bs->index, bs->model, bs->batch_raw, bs->batch_n, bs->labels,
                             bs->codes))
-        CheckEngine(gpuivf::ivfpq_encode(bs->model, bs->batch_prep, bs->batch_n, bs->labels,
-                                         bs->codes, &cancel));
+        GpuivfRaiseStatus(gpuivf::ivfpq_encode(bs->model, bs->batch_prep, bs->batch_n, bs->labels,
+                                               bs->codes, &cancel));
     for (int i = 0; i < bs->batch_n; i++)
     {
         ItemPointerData id_tid = bs->batch_tids[i];
@@ -404,16 +384,13 @@ EncodeCallback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
                bool tupleIsAlive, void *arg)
 {
     GpuivfBuildState *bs = (GpuivfBuildState *) arg;
-    MemoryContext old;
     float4     *x;
     int         dims;
     int         i;
 
-    if (isnull[0])
+    x = GpuivfRowVector(values, isnull, bs->rowctx, &dims);
+    if (x == NULL)
         return;
-    old = MemoryContextSwitchTo(bs->rowctx);
-    x = GpuivfDatumGetVector(values[0], &dims);
-    MemoryContextSwitchTo(old);
     GpuivfCheckDims(bs->dims, dims);
     i = bs->batch_n++;
     memcpy(bs->batch_raw + (Size) i * bs->dims, x, sizeof(float) * bs->dims);

@@ -249,6 +249,66 @@ ShardCount(const GpuivfMetaPageData *meta)
     return nworkers;            /* the workers say so if it still does not fit */
 }
 
+/* A search that cannot go to the worker (larger than a request buffer, or
+ * no request slot): ERROR with gpuivf.device = gpu, else counted for the CPU. */
+static void
+SearchDoesNotFit(Relation index, int nq)
+{
+    if (gpuivf_device == GPUIVF_DEVICE_GPU)
+        ereport(ERROR,
+                (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                 errmsg("a search of index \"%s\" does not fit the GPU worker's request buffer",
+                        RelationGetRelationName(index)),
+                 errhint("Raise gpuivf.request_buffer, or set gpuivf.device to \"auto\" to run such searches on the CPU.")));
+    GpuivfCountCpuFallbacks(-1, nq);
+}
+
+/* Writes the c queries' k, nprobe, rerank and vectors into a search payload. */
+static void
+FillSearchPayload(char *payload, const GpuivfSearchLayout *l, const GpuivfQuery *queries,
+                  int c, int dims)
+{
+    for (int q = 0; q < c; q++)
+    {
+        ((int32 *) (payload + l->k_off))[q] = queries[q].k;
+        ((int32 *) (payload + l->nprobe_off))[q] = queries[q].nprobe;
+        ((int32 *) (payload + l->rerank_off))[q] = queries[q].rerank;
+        memcpy(payload + l->vec_off + sizeof(float4) * (Size) q * dims,
+               queries[q].vector, sizeof(float4) * dims);
+    }
+}
+
+/*
+ * Submits a filled search request and waits; false (after RequestFailed) when
+ * it was not answered or failed: the whole batch of nq queries goes to the CPU.
+ */
+static bool
+SubmitSearch(Relation index, GpuivfRequestSlot *slot, int nq)
+{
+    bool        answered = GpuivfSubmitAndWait(slot);
+
+    if (!answered || slot->result != GPUIVF_RESULT_OK)
+    {
+        RequestFailed(index, slot, answered, "search", nq);
+        return false;
+    }
+    return true;
+}
+
+/* Adds an answered search request's timings and counts to stats (if any). */
+static void
+AddSearchStats(GpuivfSearchStats *stats, const GpuivfRequestSlot *slot)
+{
+    if (stats == NULL)
+        return;
+    stats->on_gpu = true;
+    stats->batch_size = Max(stats->batch_size, slot->batch_size);
+    stats->gpu_ms += slot->gpu_ms;
+    stats->reranked += slot->reranked;
+    if (slot->taken_at > slot->submitted_at)
+        stats->queue_ms += (double) (slot->taken_at - slot->submitted_at) / 1000.0;
+}
+
 /* A candidate of one query from one shard. */
 typedef struct ShardHit
 {
@@ -269,16 +329,24 @@ CompareDistance(double a, double b)
     return a < b ? -1 : (a > b ? 1 : 0);
 }
 
+/* (distance, id) order: ties broken by the smaller id */
+static int
+CompareDistanceThenId(double da, uint64 ia, double db, uint64 ib)
+{
+    int         c = CompareDistance(da, db);
+
+    if (c != 0)
+        return c;
+    return ia < ib ? -1 : (ia > ib ? 1 : 0);
+}
+
 static int
 CompareByAdc(const void *a, const void *b)
 {
     const ShardHit *x = (const ShardHit *) a;
     const ShardHit *y = (const ShardHit *) b;
-    int         c = CompareDistance(x->adc, y->adc);
 
-    if (c != 0)
-        return c;
-    return x->id < y->id ? -1 : (x->id > y->id ? 1 : 0);
+    return CompareDistanceThenId(x->adc, x->id, y->adc, y->id);
 }
 
 static int
@@ -286,11 +354,8 @@ CompareByDistance(const void *a, const void *b)
 {
     const ShardHit *x = (const ShardHit *) a;
     const ShardHit *y = (const ShardHit *) b;
-    int         c = CompareDistance(x->dist, y->dist);
 
-    if (c != 0)
-        return c;
-    return x->id < y->id ? -1 : (x->id > y->id ? 1 : 0);
+    return CompareDistanceThenId(x->dist, x->id, y->dist, y->id);
 }
 
 /*
@@ -342,7 +407,6 @@ ShardedSearch(Relation index, const GpuivfMetaPageData *meta, int nshards, int n
             GpuivfSearchLayout l;
             GpuivfRequestSlot *slot;
             char       *payload;
-            bool        answered;
 
             /* as many queries as fit one request, their stride their most candidates */
             while (off + c < nq)
@@ -357,13 +421,7 @@ ShardedSearch(Relation index, const GpuivfMetaPageData *meta, int nshards, int n
             }
             if (c == 0 || (slot = GpuivfMySlot()) == NULL)
             {
-                if (gpuivf_device == GPUIVF_DEVICE_GPU)
-                    ereport(ERROR,
-                            (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-                             errmsg("a search of index \"%s\" does not fit the GPU worker's request buffer",
-                                    RelationGetRelationName(index)),
-                             errhint("Raise gpuivf.request_buffer, or set gpuivf.device to \"auto\" to run such searches on the CPU.")));
-                GpuivfCountCpuFallbacks(-1, nq);
+                SearchDoesNotFit(index, nq);
                 return false;
             }
             l = GpuivfSearchPayloadLayout(c, dims, kmax, true);
@@ -375,20 +433,9 @@ ShardedSearch(Relation index, const GpuivfMetaPageData *meta, int nshards, int n
             slot->shard = s;
             slot->nq = c;
             slot->kmax = kmax;
-            for (int q = 0; q < c; q++)
-            {
-                ((int32 *) (payload + l.k_off))[q] = queries[off + q].k;
-                ((int32 *) (payload + l.nprobe_off))[q] = queries[off + q].nprobe;
-                ((int32 *) (payload + l.rerank_off))[q] = queries[off + q].rerank;
-                memcpy(payload + l.vec_off + sizeof(float4) * (Size) q * dims,
-                       queries[off + q].vector, sizeof(float4) * dims);
-            }
-            answered = GpuivfSubmitAndWait(slot);
-            if (!answered || slot->result != GPUIVF_RESULT_OK)
-            {
-                RequestFailed(index, slot, answered, "search", nq);
+            FillSearchPayload(payload, &l, queries + off, c, dims);
+            if (!SubmitSearch(index, slot, nq))
                 return false;
-            }
             for (int q = 0; q < c; q++)
             {
                 int         got = ((int32 *) (payload + l.nhits_off))[q];
@@ -407,15 +454,7 @@ ShardedSearch(Relation index, const GpuivfMetaPageData *meta, int nshards, int n
                     h->dist = dist[j];
                 }
             }
-            if (stats != NULL)
-            {
-                stats->on_gpu = true;
-                stats->batch_size = Max(stats->batch_size, slot->batch_size);
-                stats->gpu_ms += slot->gpu_ms;
-                stats->reranked += slot->reranked;
-                if (slot->taken_at > slot->submitted_at)
-                    stats->queue_ms += (double) (slot->taken_at - slot->submitted_at) / 1000.0;
-            }
+            AddSearchStats(stats, slot);
             GpuivfReleaseSlot(slot);
             off += c;
         }
@@ -502,7 +541,6 @@ GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
         int         c = 0;
         GpuivfSearchLayout l;
         char       *payload;
-        bool        answered;
 
         /* as many queries as fit one request buffer, their stride their largest k */
         while (off + c < nq)
@@ -518,13 +556,7 @@ GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
         {
             /* a query larger than a request buffer, or a process without
              * a request slot */
-            if (gpuivf_device == GPUIVF_DEVICE_GPU)
-                ereport(ERROR,
-                        (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-                         errmsg("a search of index \"%s\" does not fit the GPU worker's request buffer",
-                                RelationGetRelationName(index)),
-                         errhint("Raise gpuivf.request_buffer, or set gpuivf.device to \"auto\" to run such searches on the CPU.")));
-            GpuivfCountCpuFallbacks(-1, nq);
+            SearchDoesNotFit(index, nq);
             return false;
         }
         l = GpuivfSearchPayloadLayout(c, dims, kmax);
@@ -533,21 +565,10 @@ GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
         SetIndexIdentity(slot, index, &meta);
         slot->nq = c;
         slot->kmax = kmax;
-        for (int q = 0; q < c; q++)
-        {
-            ((int32 *) (payload + l.k_off))[q] = queries[off + q].k;
-            ((int32 *) (payload + l.nprobe_off))[q] = queries[off + q].nprobe;
-            ((int32 *) (payload + l.rerank_off))[q] = queries[off + q].rerank;
-            memcpy(payload + l.vec_off + sizeof(float4) * (Size) q * dims,
-                   queries[off + q].vector, sizeof(float4) * dims);
-        }
-        answered = GpuivfSubmitAndWait(slot);
-        if (!answered || slot->result != GPUIVF_RESULT_OK)
-        {
-            /* the whole batch goes to the CPU: count every query of it */
-            RequestFailed(index, slot, answered, "search", nq);
+        FillSearchPayload(payload, &l, queries + off, c, dims);
+        /* a failure sends the whole batch to the CPU: every query counts */
+        if (!SubmitSearch(index, slot, nq))
             return false;
-        }
         for (int q = 0; q < c; q++)
         {
             int         got = ((int32 *) (payload + l.nhits_off))[q];
@@ -563,15 +584,7 @@ GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
             }
             nhits[off + q] = got;
         }
-        if (stats != NULL)
-        {
-            stats->on_gpu = true;
-            stats->batch_size = Max(stats->batch_size, slot->batch_size);
-            stats->gpu_ms += slot->gpu_ms;
-            stats->reranked += slot->reranked;
-            if (slot->taken_at > slot->submitted_at)
-                stats->queue_ms += (double) (slot->taken_at - slot->submitted_at) / 1000.0;
-        }
+        AddSearchStats(stats, slot);
         GpuivfReleaseSlot(slot);
         off += c;
     }
@@ -579,6 +592,30 @@ GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
 }
 
 /* ------------------------------------------------------------- build */
+
+/*
+ * Submits a filled request and waits for it with no time limit (index
+ * builds and exact-kNN answers are long); cancel still works, and
+ * gpuivf.worker_timeout is restored even on error.  True when answered.
+ */
+static bool
+SubmitAndWaitUnlimited(GpuivfRequestSlot *slot)
+{
+    int         saved_timeout = gpuivf_worker_timeout;
+    bool        answered;
+
+    gpuivf_worker_timeout = 0;
+    PG_TRY();
+    {
+        answered = GpuivfSubmitAndWait(slot);
+    }
+    PG_FINALLY();
+    {
+        gpuivf_worker_timeout = saved_timeout;
+    }
+    PG_END_TRY();
+    return answered;
+}
 
 /*
  * Run a TRAIN or ENCODE request whose data is in seg; false when the CPU
@@ -589,7 +626,6 @@ BuildRequest(Relation index, dsm_segment *seg, int kind, int metric, int dims,
              const int64 *args)
 {
     GpuivfRequestSlot *slot = GpuivfMySlot();
-    int         saved_timeout = gpuivf_worker_timeout;
     bool        answered;
 
     if (slot == NULL)
@@ -603,16 +639,7 @@ BuildRequest(Relation index, dsm_segment *seg, int kind, int metric, int dims,
     slot->dsm = dsm_segment_handle(seg);
     for (int i = 0; i < 4; i++)
         slot->arg[i] = args[i];
-    gpuivf_worker_timeout = 0;
-    PG_TRY();
-    {
-        answered = GpuivfSubmitAndWait(slot);
-    }
-    PG_FINALLY();
-    {
-        gpuivf_worker_timeout = saved_timeout;
-    }
-    PG_END_TRY();
+    answered = SubmitAndWaitUnlimited(slot);
     if (!answered || slot->result != GPUIVF_RESULT_OK)
     {
         RequestFailed(index, slot, answered, kind == GPUIVF_KIND_TRAIN ? "train" : "encode", 1);
@@ -757,7 +784,6 @@ GpuivfWorkerExactKnnRun(GpuivfExactKnnJob *job, int64 n, float *scores, uint64 *
 {
     GpuivfRequestSlot *slot;
     char       *data;
-    int         saved_timeout = gpuivf_worker_timeout;
     bool        answered;
 
     if (job == NULL || job->dead || n < 0 || n > job->batch_cap)
@@ -783,16 +809,7 @@ GpuivfWorkerExactKnnRun(GpuivfExactKnnJob *job, int64 n, float *scores, uint64 *
     slot->arg[2] = job->batch_cap;
     slot->arg[3] = 0;
     /* like an index build: no time limit (the answer may be big), cancel works */
-    gpuivf_worker_timeout = 0;
-    PG_TRY();
-    {
-        answered = GpuivfSubmitAndWait(slot);
-    }
-    PG_FINALLY();
-    {
-        gpuivf_worker_timeout = saved_timeout;
-    }
-    PG_END_TRY();
+    answered = SubmitAndWaitUnlimited(slot);
     if (!answered || slot->result != GPUIVF_RESULT_OK)
     {
         job->dead = true;

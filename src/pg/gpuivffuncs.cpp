@@ -473,12 +473,7 @@ CheckBatch(VerifyState *vs)
         gpuivf::prepare_vector(vs->model.metric, vs->bvec + (Size) i * d, vs->prep + (Size) i * d, d);
     status = gpuivf::assign_nearest(vs->centroids, vs->norms, vs->model.nlist, d, vs->prep,
                                     vs->bn, vs->labels, NULL, &cancel);
-    if (!gpuivf::ok(status))
-    {
-        if (status.code == gpuivf::kCanceled)
-            CHECK_FOR_INTERRUPTS();
-        GpuivfRaiseStatus(status);
-    }
+    GpuivfRaiseStatus(status);  /* serves a pending interrupt when canceled */
     for (int i = 0; i < vs->bn; i++)
     {
         const float *x = vs->prep + (Size) i * d;

@@ -532,3 +532,81 @@ GpuivfLogCalibration(Relation index, Buffer metabuf, const GpuivfMetaPageData *c
         phdr->pd_lower = lower;
     GenericXLogFinish(state);
 }
+
+/* ----------------------------------------------------- reading pages */
+
+/* Raises the index-corruption error for a page that is not the kind
+ * expected ("list", "well-formed vector", ...). */
+void
+GpuivfBadPage(Relation index, BlockNumber blkno, const char *expected)
+{
+    ereport(ERROR,
+            (errcode(ERRCODE_INDEX_CORRUPTED),
+             errmsg("index \"%s\" contains an unexpected page at block %u",
+                    RelationGetRelationName(index), blkno),
+             errdetail("A %s page was expected.", expected),
+             errhint("Please REINDEX it.")));
+}
+
+/*
+ * Copies the live entries of list page blkno (under a share lock) into ids[]
+ * and codes[] (room for capacity entries of code_size bytes); returns how
+ * many and sets *next to the next page of the chain.
+ */
+int
+GpuivfReadListPage(Relation index, BlockNumber blkno, int code_size, int capacity,
+                   uint64 *ids, uint8 *codes, BlockNumber *next)
+{
+    Buffer      buf;
+    Page        page;
+    OffsetNumber maxoff;
+    int         n = 0;
+
+    buf = ReadBufferExtended(index, MAIN_FORKNUM, blkno, RBM_NORMAL, NULL);
+    LockBuffer(buf, BUFFER_LOCK_SHARE);
+    page = BufferGetPage(buf);
+    if (!GpuivfPageIsType(page, GPUIVF_PAGE_LIST))
+        GpuivfBadPage(index, blkno, "list");
+
+    maxoff = PageGetMaxOffsetNumber(page);
+    if (maxoff > capacity)
+        GpuivfBadPage(index, blkno, "well-formed list");
+    for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off = OffsetNumberNext(off))
+    {
+        ItemId      iid = PageGetItemId(page, off);
+        GpuivfListEntry *entry;
+
+        if (!ItemIdIsNormal(iid))
+            continue;
+        if (ItemIdGetLength(iid) < offsetof(GpuivfListEntry, code) + code_size)
+            GpuivfBadPage(index, blkno, "well-formed list");
+        entry = (GpuivfListEntry *) PageGetItem(page, iid);
+        ids[n] = GpuivfTidToId(&entry->tid);
+        memcpy(codes + (size_t) n * code_size, entry->code, code_size);
+        n++;
+    }
+    *next = GpuivfPageGetOpaque(page)->nextblkno;
+    UnlockReleaseBuffer(buf);
+    return n;
+}
+
+/*
+ * The vector tuple at offset off of vector page blkno (locked by the
+ * caller), or NULL when off is out of range or its line pointer is not in
+ * use (VACUUM freed it); raises the corruption error when it is too short
+ * for dims values.
+ */
+GpuivfVectorTuple *
+GpuivfPageVectorTuple(Relation index, Page page, BlockNumber blkno, OffsetNumber off, int dims)
+{
+    ItemId      iid;
+
+    if (off < FirstOffsetNumber || off > PageGetMaxOffsetNumber(page))
+        return NULL;
+    iid = PageGetItemId(page, off);
+    if (!ItemIdIsNormal(iid))
+        return NULL;
+    if (ItemIdGetLength(iid) < offsetof(GpuivfVectorTuple, x) + sizeof(float4) * dims)
+        GpuivfBadPage(index, blkno, "well-formed vector");
+    return (GpuivfVectorTuple *) PageGetItem(page, iid);
+}

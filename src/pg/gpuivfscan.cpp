@@ -246,6 +246,16 @@ GpuivfReserveResults(GpuivfScanOpaque so, int64 n)
     so->results_cap = cap;
 }
 
+/* Appends the exact distance of a vector tuple to the query (room reserved). */
+static void
+GpuivfAddExactResult(GpuivfScanOpaque so, GpuivfVectorTuple *vt, int dims)
+{
+    GpuivfResult *r = &so->results[so->nresults++];
+
+    r->distance = gpuivf::metric_distance(so->metric, so->query, vt->x, dims);
+    r->heapid = GpuivfTidToId(&vt->heaptid);
+}
+
 /* Makes room for n more collected candidates (query_ctx). */
 static void
 GpuivfReserveCandidates(GpuivfScanOpaque so, int64 n)
@@ -299,75 +309,10 @@ GpuivfSortDone(GpuivfScanOpaque so)
 static bool
 GpuivfIsDone(GpuivfScanOpaque so, uint64 id)
 {
-    int64       lo = 0;
-    int64       hi = so->ndone_sorted;
-
-    while (lo < hi)
-    {
-        int64       mid = lo + (hi - lo) / 2;
-
-        if (so->done_ids[mid] < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < so->ndone_sorted && so->done_ids[lo] == id;
-}
-
-/* Raises the index-corruption error for a page of the wrong kind. */
-static void
-GpuivfBadPage(Relation index, BlockNumber blkno, const char *expected)
-{
-    ereport(ERROR,
-            (errcode(ERRCODE_INDEX_CORRUPTED),
-             errmsg("index \"%s\" contains an unexpected page at block %u",
-                    RelationGetRelationName(index), blkno),
-             errdetail("A %s page was expected.", expected),
-             errhint("Please REINDEX it.")));
+    return GpuivfSortedIdsContain(so->done_ids, so->ndone_sorted, id);
 }
 
 /* ------------------------------------------------------- list reading */
-
-/*
- * Copies the live entries of one list page into the page buffers under a
- * share lock; returns how many and sets *next to the next page of the chain.
- */
-static int
-GpuivfReadListPage(Relation index, GpuivfScanOpaque so, BlockNumber blkno, BlockNumber *next)
-{
-    int         code_size = so->meta.code_size;
-    Buffer      buf;
-    Page        page;
-    OffsetNumber maxoff;
-    int         n = 0;
-
-    buf = ReadBufferExtended(index, MAIN_FORKNUM, blkno, RBM_NORMAL, NULL);
-    LockBuffer(buf, BUFFER_LOCK_SHARE);
-    page = BufferGetPage(buf);
-    if (!GpuivfPageIsType(page, GPUIVF_PAGE_LIST))
-        GpuivfBadPage(index, blkno, "list");
-
-    maxoff = PageGetMaxOffsetNumber(page);
-    if (maxoff > so->page_capacity)
-        GpuivfBadPage(index, blkno, "well-formed list");
-    for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off = OffsetNumberNext(off))
-    {
-        ItemId      iid = PageGetItemId(page, off);
-        GpuivfListEntry *entry;
-
-        if (!ItemIdIsNormal(iid))
-            continue;
-        if (ItemIdGetLength(iid) < offsetof(GpuivfListEntry, code) + code_size)
-            GpuivfBadPage(index, blkno, "well-formed list");
-        entry = (GpuivfListEntry *) PageGetItem(page, iid);
-        so->page_ids[n] = GpuivfTidToId(&entry->tid);
-        memcpy(so->page_codes + (size_t) n * code_size, entry->code, code_size);
-        n++;
-    }
-    *next = GpuivfPageGetOpaque(page)->nextblkno;
-    UnlockReleaseBuffer(buf);
-    return n;
-}
 
 /*
  * ADC-scores every entry of one list into the collected candidates (the
@@ -387,7 +332,8 @@ GpuivfScanList(Relation index, GpuivfScanOpaque so, const gpuivf::IvfPqModel &mo
     while (BlockNumberIsValid(blkno))
     {
         BlockNumber next;
-        int         n = GpuivfReadListPage(index, so, blkno, &next);
+        int         n = GpuivfReadListPage(index, blkno, so->meta.code_size, so->page_capacity,
+                                               so->page_ids, so->page_codes, &next);
 
         if (n > 0)
         {
@@ -441,32 +387,19 @@ GpuivfRerank(Relation index, GpuivfScanOpaque so, const uint64 *ids, const float
             BlockNumber blkno = (BlockNumber) (sorted[i] >> 16);
             Buffer      buf;
             Page        page;
-            OffsetNumber maxoff;
 
             buf = ReadBufferExtended(index, MAIN_FORKNUM, blkno, RBM_NORMAL, NULL);
             LockBuffer(buf, BUFFER_LOCK_SHARE);
             page = BufferGetPage(buf);
             if (!GpuivfPageIsType(page, GPUIVF_PAGE_VECTOR))
                 GpuivfBadPage(index, blkno, "vector");
-            maxoff = PageGetMaxOffsetNumber(page);
             for (; i < n && (BlockNumber) (sorted[i] >> 16) == blkno; i++)
             {
                 OffsetNumber off = (OffsetNumber) (sorted[i] & 0xFFFF);
-                ItemId      iid;
-                GpuivfVectorTuple *vt;
-                GpuivfResult *r;
+                GpuivfVectorTuple *vt = GpuivfPageVectorTuple(index, page, blkno, off, dims);
 
-                if (off < FirstOffsetNumber || off > maxoff)
-                    continue;
-                iid = PageGetItemId(page, off);
-                if (!ItemIdIsNormal(iid))
-                    continue;
-                if (ItemIdGetLength(iid) < offsetof(GpuivfVectorTuple, x) + sizeof(float4) * dims)
-                    GpuivfBadPage(index, blkno, "well-formed vector");
-                vt = (GpuivfVectorTuple *) PageGetItem(page, iid);
-                r = &so->results[so->nresults++];
-                r->distance = gpuivf::metric_distance(so->metric, so->query, vt->x, dims);
-                r->heapid = GpuivfTidToId(&vt->heaptid);
+                if (vt != NULL)
+                    GpuivfAddExactResult(so, vt, dims);
             }
             UnlockReleaseBuffer(buf);
             CHECK_FOR_INTERRUPTS();
@@ -507,18 +440,10 @@ GpuivfScanExact(Relation index, GpuivfScanOpaque so)
             GpuivfReserveResults(so, maxoff);
             for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off = OffsetNumberNext(off))
             {
-                ItemId      iid = PageGetItemId(page, off);
-                GpuivfVectorTuple *vt;
-                GpuivfResult *r;
+                GpuivfVectorTuple *vt = GpuivfPageVectorTuple(index, page, blkno, off, dims);
 
-                if (!ItemIdIsNormal(iid))
-                    continue;
-                if (ItemIdGetLength(iid) < offsetof(GpuivfVectorTuple, x) + sizeof(float4) * dims)
-                    GpuivfBadPage(index, blkno, "well-formed vector");
-                vt = (GpuivfVectorTuple *) PageGetItem(page, iid);
-                r = &so->results[so->nresults++];
-                r->distance = gpuivf::metric_distance(so->metric, so->query, vt->x, dims);
-                r->heapid = GpuivfTidToId(&vt->heaptid);
+                if (vt != NULL)
+                    GpuivfAddExactResult(so, vt, dims);
             }
         }
         UnlockReleaseBuffer(buf);
@@ -532,19 +457,7 @@ GpuivfScanExact(Relation index, GpuivfScanOpaque so)
 static bool
 GpuivfInRoundOne(GpuivfScanOpaque so, uint64 heapid)
 {
-    int         lo = 0;
-    int         hi = so->nround1;
-
-    while (lo < hi)
-    {
-        int         mid = lo + (hi - lo) / 2;
-
-        if (so->round1_ids[mid] < heapid)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < so->nround1 && so->round1_ids[lo] == heapid;
+    return GpuivfSortedIdsContain(so->round1_ids, so->nround1, heapid);
 }
 
 /* Drops results[from..] that round 1 returned already, keeping the order. */

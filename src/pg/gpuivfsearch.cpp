@@ -121,17 +121,6 @@ HeapPush(SearchResult *heap, int *size, int k, double distance, uint64 heapid)
     heap[i].heapid = heapid;
 }
 
-static void
-BadPage(Relation index, BlockNumber blkno, const char *expected)
-{
-    ereport(ERROR,
-            (errcode(ERRCODE_INDEX_CORRUPTED),
-             errmsg("index \"%s\" contains an unexpected page at block %u",
-                    RelationGetRelationName(index), blkno),
-             errdetail("A %s page was expected.", expected),
-             errhint("Please REINDEX it.")));
-}
-
 /* Copies the hits of results[0..n) (sorted) into a palloc'd array of the
  * caller's context, at most k. */
 static GpuivfHit *
@@ -181,15 +170,11 @@ SearchExact(Relation index, SearchScratch *s, const GpuivfQuery *queries, const 
 
             for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off = OffsetNumberNext(off))
             {
-                ItemId      iid = PageGetItemId(page, off);
-                GpuivfVectorTuple *vt;
+                GpuivfVectorTuple *vt = GpuivfPageVectorTuple(index, page, blkno, off, dims);
                 uint64      heapid;
 
-                if (!ItemIdIsNormal(iid))
+                if (vt == NULL)
                     continue;
-                if (ItemIdGetLength(iid) < offsetof(GpuivfVectorTuple, x) + sizeof(float4) * dims)
-                    BadPage(index, blkno, "well-formed vector");
-                vt = (GpuivfVectorTuple *) PageGetItem(page, iid);
                 heapid = GpuivfTidToId(&vt->heaptid);
                 for (int j = 0; j < nexact; j++)
                 {
@@ -215,42 +200,6 @@ SearchExact(Relation index, SearchScratch *s, const GpuivfQuery *queries, const 
 }
 
 /* ----------------------------------------------------------- IVF path */
-
-/* Live entries of one list page into the scratch page buffers; returns how
- * many and the next page of the chain. */
-static int
-ReadListPage(Relation index, SearchScratch *s, BlockNumber blkno, BlockNumber *next)
-{
-    Buffer      buf = ReadBufferExtended(index, MAIN_FORKNUM, blkno, RBM_NORMAL, NULL);
-    Page        page;
-    OffsetNumber maxoff;
-    int         n = 0;
-
-    LockBuffer(buf, BUFFER_LOCK_SHARE);
-    page = BufferGetPage(buf);
-    if (!GpuivfPageIsType(page, GPUIVF_PAGE_LIST))
-        BadPage(index, blkno, "list");
-    maxoff = PageGetMaxOffsetNumber(page);
-    if (maxoff > s->page_capacity)
-        BadPage(index, blkno, "well-formed list");
-    for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off = OffsetNumberNext(off))
-    {
-        ItemId      iid = PageGetItemId(page, off);
-        GpuivfListEntry *entry;
-
-        if (!ItemIdIsNormal(iid))
-            continue;
-        if (ItemIdGetLength(iid) < offsetof(GpuivfListEntry, code) + s->code_size)
-            BadPage(index, blkno, "well-formed list");
-        entry = (GpuivfListEntry *) PageGetItem(page, iid);
-        s->page_ids[n] = GpuivfTidToId(&entry->tid);
-        memcpy(s->page_codes + (size_t) n * s->code_size, entry->code, s->code_size);
-        n++;
-    }
-    *next = GpuivfPageGetOpaque(page)->nextblkno;
-    UnlockReleaseBuffer(buf);
-    return n;
-}
 
 /* (entry id, query) pair of the re-rank, visited in entry (block) order */
 typedef struct RerankItem
@@ -405,7 +354,8 @@ SearchIvf(Relation index, SearchScratch *s, const GpuivfQuery *queries, const in
         while (BlockNumberIsValid(blkno))
         {
             BlockNumber next;
-            int         m = ReadListPage(index, s, blkno, &next);
+            int         m = GpuivfReadListPage(index, blkno, s->code_size, s->page_capacity,
+                                                s->page_ids, s->page_codes, &next);
 
             if (n + m > list_cap)
             {
@@ -505,7 +455,6 @@ SearchIvf(Relation index, SearchScratch *s, const GpuivfQuery *queries, const in
             BlockNumber blkno = (BlockNumber) (items[gstart[g]].entry >> 16);
             Buffer      buf;
             Page        page;
-            OffsetNumber maxoff;
 
             /* pin ahead and warm the caches (see RerankPrefetch) */
             if (g == 0)
@@ -523,25 +472,17 @@ SearchIvf(Relation index, SearchScratch *s, const GpuivfQuery *queries, const in
             LockBuffer(buf, BUFFER_LOCK_SHARE);
             page = BufferGetPage(buf);
             if (!GpuivfPageIsType(page, GPUIVF_PAGE_VECTOR))
-                BadPage(index, blkno, "vector");
-            maxoff = PageGetMaxOffsetNumber(page);
+                GpuivfBadPage(index, blkno, "vector");
             for (i = gstart[g]; i < gstart[g + 1]; i++)
             {
                 OffsetNumber off = (OffsetNumber) (items[i].entry & 0xFFFF);
-                ItemId      iid;
-                GpuivfVectorTuple *vt;
+                GpuivfVectorTuple *vt = GpuivfPageVectorTuple(index, page, blkno, off, dims);
                 int         j = items[i].query;
                 SearchResult *r;
 
                 /* gone meanwhile (VACUUM freed it after we read the list) */
-                if (off < FirstOffsetNumber || off > maxoff)
+                if (vt == NULL)
                     continue;
-                iid = PageGetItemId(page, off);
-                if (!ItemIdIsNormal(iid))
-                    continue;
-                if (ItemIdGetLength(iid) < offsetof(GpuivfVectorTuple, x) + sizeof(float4) * dims)
-                    BadPage(index, blkno, "well-formed vector");
-                vt = (GpuivfVectorTuple *) PageGetItem(page, iid);
                 r = &res[j][nres[j]++];
                 r->distance = gpuivf::metric_distance(s->metric, queries[which[j]].vector, vt->x, dims);
                 r->heapid = GpuivfTidToId(&vt->heaptid);

@@ -116,6 +116,24 @@ GpuivfDatumGetVector(Datum value, int *dims)
     return copy;
 }
 
+/*
+ * The vector of an index-build-scan row (first column) as GpuivfDatumGetVector
+ * gives it, allocated in rowctx; NULL when the row's vector is NULL.
+ */
+float4 *
+GpuivfRowVector(Datum *values, bool *isnull, MemoryContext rowctx, int *dims)
+{
+    MemoryContext old;
+    float4     *x;
+
+    if (isnull[0])
+        return NULL;
+    old = MemoryContextSwitchTo(rowctx);
+    x = GpuivfDatumGetVector(values[0], dims);
+    MemoryContextSwitchTo(old);
+    return x;
+}
+
 /* Raises the dimension mismatch error unless the two counts agree. */
 void
 GpuivfCheckDims(int expected, int actual)
@@ -174,4 +192,39 @@ GpuivfShouldCancel(void *arg)
 {
     (void) arg;
     return InterruptPending && (QueryCancelPending || ProcDiePending);
+}
+
+/* Binary search: is id among the n ascending ids? */
+bool
+GpuivfSortedIdsContain(const uint64 *ids, int64 n, uint64 id)
+{
+    int64       lo = 0;
+    int64       hi = n;
+
+    while (lo < hi)
+    {
+        int64       mid = lo + (hi - lo) / 2;
+
+        if (ids[mid] < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && ids[lo] == id;
+}
+
+/*
+ * Algorithm R: the reservoir slot (of cap) for the row after `seen` rows, the
+ * reservoir holding `held` of them: `held` itself while it is not full (the
+ * caller then counts it), else a random slot, or -1 to skip the row.
+ */
+int64
+GpuivfReservoirSlot(pg_prng_state *prng, int64 held, int64 cap, int64 seen)
+{
+    uint64      j;
+
+    if (held < cap)
+        return held;
+    j = pg_prng_uint64_range(prng, 0, (uint64) seen);
+    return j < (uint64) cap ? (int64) j : -1;
 }

@@ -48,19 +48,7 @@ TidArrayPush(TidArray *a, uint64 id)
 static bool
 TidArrayContains(const TidArray *a, uint64 id)
 {
-    int64       lo = 0;
-    int64       hi = a->n;
-
-    while (lo < hi)
-    {
-        int64       mid = lo + (hi - lo) / 2;
-
-        if (a->ids[mid] < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < a->n && a->ids[lo] == id;
+    return GpuivfSortedIdsContain(a->ids, a->n, id);
 }
 
 /* Pass 1: dead rows' vector TIDs; every vector page's free space to the FSM. */
