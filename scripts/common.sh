@@ -19,7 +19,8 @@ JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 GPUIVF_PACKAGES=(
 	build-essential cmake pkg-config perl
 	"postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" "postgresql-client-$PG_MAJOR"
-	libopenblas-dev libgtest-dev libbenchmark-dev libipc-run-perl
+	libopenblas-dev libopenblas-serial-dev  # single-threaded BLAS inside backends (src/core/CMakeLists.txt)
+	libgtest-dev libbenchmark-dev libipc-run-perl
 	python3-matplotlib  # test/bench plots (the benchmark skips them, visibly, without it)
 )
 
