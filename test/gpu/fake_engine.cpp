@@ -16,6 +16,11 @@
  *                                kNN fails with a device error and the file
  *                                is removed
  *   GPUIVF_FAKE_MEMORY_MB=n      "device memory" reported (default 1024)
+ *   GPUIVF_FAKE_ADD_DELAY_MS=n   every append of entries to an index copy
+ *                                (index_add_encoded: loading, catching up)
+ *                                first sleeps n ms (default 0), so that a
+ *                                test can act while the worker loads
+ *                                (test/t/104_worker_kill_load.pl)
  *   GPUIVF_FAKE_DEVICES=n        devices reported (default 1), so that
  *                                gpuivf.devices = '0,1' starts two workers
  *                                (test/t/103_worker_shards.pl)
@@ -215,6 +220,9 @@ gpuivf_cuda_status gpuivf_cuda_index_destroy(gpuivf_cuda_index *index) noexcept 
 gpuivf_cuda_status gpuivf_cuda_index_add_encoded(gpuivf_cuda_resources *, gpuivf_cuda_index *ix, int64_t n,
                                                  const int32_t *lists, const uint8_t *codes, const uint64_t *ids,
                                                  const float *vectors) noexcept {
+    const char *add_delay = getenv("GPUIVF_FAKE_ADD_DELAY_MS");
+    int add_delay_ms = add_delay ? atoi(add_delay) : 0;
+    if (add_delay_ms > 0) usleep(static_cast<useconds_t>(add_delay_ms) * 1000);
     try {
         for (int64_t i = 0; i < n; i++) {
             if (lists[i] < 0 || lists[i] >= ix->nlist)
