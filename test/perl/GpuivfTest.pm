@@ -23,13 +23,14 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 
 use Exporter 'import';
 our @EXPORT = qw(
   gpuivf_node tool_path generate_data convert_data load_vectors ground_truth
   read_fvecs read_ivecs vec_literal knn_ids recall_at index_info index_lists
   exact_settings assert_index_scan shared_data_dir start_pgbench finish_pgbench
-  metric_operator metric_opclass count_via_index
+  metric_operator metric_opclass count_via_index poll_until fake_gpu_engine
 );
 
 # The repository root: this file is test/perl/GpuivfTest.pm.
@@ -341,6 +342,31 @@ sub shared_data_dir
 	my $dir = $ENV{GPUIVF_DATA_DIR}
 	  // File::Spec->catdir(repo_root(), '..', 'shared', 'data');
 	return -d $dir ? abs_path($dir) : undef;
+}
+
+# Polls $sql on $node every 0.1 s until it returns $expected (at most 30 s);
+# returns the last value seen, so the caller's is() shows what it was.
+sub poll_until
+{
+	my ($node, $sql, $expected) = @_;
+	my $got = '';
+	for (1 .. 300)
+	{
+		$got = $node->safe_psql('postgres', $sql);
+		return $got if $got eq $expected;
+		usleep(100_000);
+	}
+	return $got;
+}
+
+# The CPU stand-in of the GPU engine (test/gpu/fake_engine.cpp) that lets the
+# worker tests run without a GPU: its path, built on demand, or undef.
+sub fake_gpu_engine
+{
+	my $root = repo_root();
+	my $fake = "$root/build/gpuivf_fake_gpu.so";
+	system("make -s -C '$root' fake-gpu-engine >/dev/null 2>&1") unless -f $fake;
+	return -f $fake ? $fake : undef;
 }
 
 # Starts pgbench in the background against a node; returns a handle for

@@ -23,19 +23,6 @@ local $ENV{CUDA_VISIBLE_DEVICES} = '';
 my $node = gpuivf_node('worker_nogpu',
 	conf => "shared_preload_libraries = 'gpuivf'\nlog_min_messages = log\n");
 
-# Polls a query until it returns the expected value (30 s).
-sub poll_until
-{
-	my ($sql, $expected) = @_;
-	my $got = '';
-	for (1 .. 300)
-	{
-		$got = $node->safe_psql('postgres', $sql);
-		return $got if $got eq $expected;
-		usleep(100_000);
-	}
-	return $got;
-}
 
 sub count_in_log
 {
@@ -46,13 +33,13 @@ sub count_in_log
 }
 
 # ------------------------------------------------------------- worker up
-is( poll_until(
+is( poll_until($node, 
 		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'gpuivf gpu worker'",
 		'1'),
 	'1',
 	'one gpuivf gpu worker is in pg_stat_activity');
 
-is(poll_until('SELECT state FROM gpuivf_stat WHERE worker = 0', 'no gpu'),
+is(poll_until($node, 'SELECT state FROM gpuivf_stat WHERE worker = 0', 'no gpu'),
 	'no gpu', 'gpuivf_stat shows the worker without a GPU');
 my $stat = $node->safe_psql('postgres',
 	"SELECT count(*), bool_and(pid > 0), bool_and(message <> ''), bool_and(requests = 0) FROM gpuivf_stat"

@@ -35,10 +35,9 @@ use Test::More;
 use Time::HiRes qw(usleep);
 use GpuivfTest;
 
-my $root = abs_path(dirname(__FILE__) . '/../..');
-my $fake = "$root/build/gpuivf_fake_gpu.so";
-system("make -s -C '$root' fake-gpu-engine >/dev/null 2>&1") unless -f $fake;
-plan skip_all => "the fake GPU engine ($fake) could not be built" unless -f $fake;
+my $fake = fake_gpu_engine();
+plan skip_all => 'the CPU stand-in of the GPU engine (make fake-gpu-engine) could not be built'
+  unless $fake;
 
 my $tmp = PostgreSQL::Test::Utils::tempdir('gpuivf_fake');
 my $delay_file = "$tmp/delay_ms";
@@ -56,18 +55,6 @@ jit = off
 autovacuum = off
 ));
 
-sub poll_until
-{
-	my ($sql, $expected) = @_;
-	my $got = '';
-	for (1 .. 300)
-	{
-		$got = $node->safe_psql('postgres', $sql);
-		return $got if $got eq $expected;
-		usleep(100_000);
-	}
-	return $got;
-}
 
 sub stat_value
 {
@@ -82,7 +69,7 @@ sub set_delay
 	else { unlink $delay_file; }
 }
 
-is(poll_until("SELECT state FROM gpuivf_stat WHERE worker = 0", 'ready'),
+is(poll_until($node, "SELECT state FROM gpuivf_stat WHERE worker = 0", 'ready'),
 	'ready', 'the worker is ready with the stand-in engine');
 like(stat_value('device_name'), qr/fake GPU/, 'gpuivf_stat names the device');
 
@@ -308,7 +295,7 @@ is($rc, 0, 'ANALYZE succeeds when the worker fails its exact kNN (device error, 
 like($err, qr/exact top-10 on the CPU/, 'the CPU computed the ground truth instead');
 cmp_ok(stat_value('cpu_fallbacks'), '>', $fb0, 'counted as a CPU fallback');
 is(curve(), $curve_cpu, 'the curve is the one the CPU measures');
-is(poll_until("SELECT state FROM gpuivf_stat WHERE worker = 0 AND pid <> $cpid", 'ready'),
+is(poll_until($node, "SELECT state FROM gpuivf_stat WHERE worker = 0 AND pid <> $cpid", 'ready'),
 	'ready', 'the worker restarted after that device error');
 
 # ------------------------------------------------------ device error
@@ -334,7 +321,7 @@ PostgreSQL::Test::Utils::append_to_file($fail_file, 'x');
 ($rc, $out, $err) = $node->psql('postgres',
 	"SET gpuivf.device = gpu; $knn SELECT id FROM items ORDER BY v <-> $q LIMIT 1");
 like($err, qr/gpuivf GPU worker could not search index "items_v"/, 'a device error under gpu is a clear ERROR');
-poll_until("SELECT state FROM gpuivf_stat WHERE worker = 0 AND pid <> $newpid", 'ready');
+poll_until($node, "SELECT state FROM gpuivf_stat WHERE worker = 0 AND pid <> $newpid", 'ready');
 
 # ------------------------------------------------------ memory limit
 $node->safe_psql('postgres', "ALTER SYSTEM SET gpuivf.gpu_memory_limit = '100kB'; SELECT pg_reload_conf()");

@@ -22,10 +22,9 @@ use Test::More;
 use Time::HiRes qw(usleep);
 use GpuivfTest;
 
-my $root = abs_path(dirname(__FILE__) . '/../..');
-my $fake = "$root/build/gpuivf_fake_gpu.so";
-system("make -s -C '$root' fake-gpu-engine >/dev/null 2>&1") unless -f $fake;
-plan skip_all => "the fake GPU engine ($fake) could not be built" unless -f $fake;
+my $fake = fake_gpu_engine();
+plan skip_all => 'the CPU stand-in of the GPU engine (make fake-gpu-engine) could not be built'
+  unless $fake;
 
 local $ENV{GPUIVF_FAKE_DEVICES} = 2;
 my $tmp = PostgreSQL::Test::Utils::tempdir('gpuivf_shards');
@@ -42,18 +41,6 @@ jit = off
 autovacuum = off
 ));
 
-sub poll_until
-{
-	my ($sql, $expected) = @_;
-	my $got = '';
-	for (1 .. 300)
-	{
-		$got = $node->safe_psql('postgres', $sql);
-		return $got if $got eq $expected;
-		usleep(100_000);
-	}
-	return $got;
-}
 
 sub stat_of
 {
@@ -61,7 +48,7 @@ sub stat_of
 	return $node->safe_psql('postgres', "SELECT $col FROM gpuivf_stat WHERE worker = $worker");
 }
 
-is(poll_until("SELECT count(*) FROM gpuivf_stat WHERE state = 'ready'", '2'),
+is(poll_until($node, "SELECT count(*) FROM gpuivf_stat WHERE state = 'ready'", '2'),
 	'2', 'two workers are ready on the two stand-in devices');
 
 $node->safe_psql('postgres', q{
@@ -156,7 +143,7 @@ $node->safe_psql('postgres', "ALTER SYSTEM RESET gpuivf.gpu_memory_limit; SELECT
 my $cpu = answers('items', '<->', 'cpu', 2);
 my $pid1 = stat_of('pid', 1);
 $node->safe_psql('postgres', "SELECT pg_terminate_backend($pid1)");
-poll_until("SELECT state <> 'ready' OR pid <> $pid1 FROM gpuivf_stat WHERE worker = 1", 't');
+poll_until($node, "SELECT state <> 'ready' OR pid <> $pid1 FROM gpuivf_stat WHERE worker = 1", 't');
 ($rc, $out, $err) = $node->psql('postgres',
 	"SET gpuivf.device = gpu; SET gpuivf.shards = 2; $knn SELECT id FROM items ORDER BY v <-> '$vecs[0]' LIMIT 3");
 if (stat_of('pid', 1) eq $pid1 || stat_of('state', 1) ne 'ready')
@@ -174,12 +161,12 @@ if (stat_of('state', 1) eq 'ready')
 {
 	$pid1 = stat_of('pid', 1);
 	$node->safe_psql('postgres', "SELECT pg_terminate_backend($pid1)");
-	poll_until("SELECT state <> 'ready' OR pid IS DISTINCT FROM $pid1 FROM gpuivf_stat WHERE worker = 1", 't');
+	poll_until($node, "SELECT state <> 'ready' OR pid IS DISTINCT FROM $pid1 FROM gpuivf_stat WHERE worker = 1", 't');
 }
 is(answers('items', '<->', 'auto', 2), $cpu, 'auto: without the shard worker the answers are the CPU\'s');
 cmp_ok(stat_of('cpu_fallbacks', 1) + stat_of('cpu_fallbacks', 0), '>', $fb, 'counted as CPU fallbacks');
 
-is(poll_until("SELECT count(*) FROM gpuivf_stat WHERE state = 'ready'", '2'), '2',
+is(poll_until($node, "SELECT count(*) FROM gpuivf_stat WHERE state = 'ready'", '2'), '2',
 	'the shard worker restarts');
 my $q1 = stat_of('queries', 1);
 is(answers('items', '<->', 'gpu', 2), $cpu, 'and sharded answers are the CPU\'s again');
@@ -190,14 +177,14 @@ $fb = stat_of('cpu_fallbacks', 1) + stat_of('cpu_fallbacks', 0);
 PostgreSQL::Test::Utils::append_to_file($fail_file, 'x');
 is(answers('items', '<->', 'auto', 2), $cpu, 'auto: a shard search failing with a device error is answered on the CPU');
 cmp_ok(stat_of('cpu_fallbacks', 1) + stat_of('cpu_fallbacks', 0), '>', $fb, 'counted as CPU fallbacks');
-is(poll_until("SELECT count(*) FROM gpuivf_stat WHERE state = 'ready'", '2'), '2',
+is(poll_until($node, "SELECT count(*) FROM gpuivf_stat WHERE state = 'ready'", '2'), '2',
 	'the failed worker restarts');
 PostgreSQL::Test::Utils::append_to_file($fail_file, 'x');
 ($rc, $out, $err) = $node->psql('postgres',
 	"SET gpuivf.device = gpu; SET gpuivf.shards = 2; $knn SELECT id FROM items ORDER BY v <-> '$vecs[0]' LIMIT 3");
 like($err, qr/gpuivf GPU worker could not search index "items_l2": .*illegal memory access/,
 	'gpu: the device error of a shard is a clear ERROR');
-is(poll_until("SELECT count(*) FROM gpuivf_stat WHERE state = 'ready'", '2'), '2',
+is(poll_until($node, "SELECT count(*) FROM gpuivf_stat WHERE state = 'ready'", '2'), '2',
 	'both workers are ready again');
 is(answers('items', '<=>', 'gpu', 2), answers('items', '<=>', 'cpu', 2),
 	'and sharded answers equal the CPU\'s again');

@@ -23,10 +23,9 @@ use Test::More;
 use Time::HiRes qw(usleep time);
 use GpuivfTest;
 
-my $root = abs_path(dirname(__FILE__) . '/../..');
-my $fake = "$root/build/gpuivf_fake_gpu.so";
-system("make -s -C '$root' fake-gpu-engine >/dev/null 2>&1") unless -f $fake;
-plan skip_all => "the fake GPU engine ($fake) could not be built" unless -f $fake;
+my $fake = fake_gpu_engine();
+plan skip_all => 'the CPU stand-in of the GPU engine (make fake-gpu-engine) could not be built'
+  unless $fake;
 
 # one append per load here (the index is far below one add chunk): a load
 # takes about this long
