@@ -30,7 +30,7 @@ our @EXPORT = qw(
   gpuivf_node tool_path generate_data convert_data load_vectors ground_truth
   read_fvecs read_ivecs vec_literal knn_ids recall_at index_info index_lists
   exact_settings assert_index_scan shared_data_dir start_pgbench finish_pgbench
-  metric_operator metric_opclass count_via_index poll_until fake_gpu_engine
+  metric_operator metric_opclass count_via_index poll_until fake_gpu_engine fake_gpu_node worker_stat
 );
 
 # The repository root: this file is test/perl/GpuivfTest.pm.
@@ -367,6 +367,29 @@ sub fake_gpu_engine
 	my $fake = "$root/build/gpuivf_fake_gpu.so";
 	system("make -s -C '$root' fake-gpu-engine >/dev/null 2>&1") unless -f $fake;
 	return -f $fake ? $fake : undef;
+}
+
+# A started node whose GPU workers run the CPU stand-in engine $fake;
+# $extra_conf adds settings (gpuivf.devices, max_connections, ...).
+sub fake_gpu_node
+{
+	my ($name, $fake, $extra_conf) = @_;
+	return gpuivf_node($name, conf => qq(
+shared_preload_libraries = 'gpuivf'
+gpuivf.engine_library = '$fake'
+log_min_messages = log
+restart_after_crash = on
+jit = off
+autovacuum = off
+) . ($extra_conf // ''));
+}
+
+# One column of gpuivf_stat for GPU worker $worker (default 0).
+sub worker_stat
+{
+	my ($node, $col, $worker) = @_;
+	$worker //= 0;
+	return $node->safe_psql('postgres', "SELECT $col FROM gpuivf_stat WHERE worker = $worker");
 }
 
 # Starts pgbench in the background against a node; returns a handle for

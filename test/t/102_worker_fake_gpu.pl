@@ -45,22 +45,7 @@ my $fail_file = "$tmp/fail";
 local $ENV{GPUIVF_FAKE_DELAY_FILE} = $delay_file;
 local $ENV{GPUIVF_FAKE_FAIL_FILE} = $fail_file;
 
-my $node = gpuivf_node('worker_fake', conf => qq(
-shared_preload_libraries = 'gpuivf'
-gpuivf.engine_library = '$fake'
-log_min_messages = log
-restart_after_crash = on
-max_connections = 40
-jit = off
-autovacuum = off
-));
-
-
-sub stat_value
-{
-	my ($col) = @_;
-	return $node->safe_psql('postgres', "SELECT $col FROM gpuivf_stat WHERE worker = 0");
-}
+my $node = fake_gpu_node('worker_fake', $fake, "max_connections = 40\n");
 
 sub set_delay
 {
@@ -71,7 +56,7 @@ sub set_delay
 
 is(poll_until($node, "SELECT state FROM gpuivf_stat WHERE worker = 0", 'ready'),
 	'ready', 'the worker is ready with the stand-in engine');
-like(stat_value('device_name'), qr/fake GPU/, 'gpuivf_stat names the device');
+like(worker_stat($node, 'device_name'), qr/fake GPU/, 'gpuivf_stat names the device');
 
 # ------------------------------------------------------------ build
 $node->safe_psql('postgres', q{
@@ -82,10 +67,10 @@ $node->safe_psql('postgres', q{
 	FROM generate_series(1, 5000) i;
 	CREATE INDEX items_v ON items USING gpuivf (v) WITH (lists = 32);
 });
-cmp_ok(stat_value('builds'), '>=', 2, 'CREATE INDEX trained and encoded on the worker');
+cmp_ok(worker_stat($node, 'builds'), '>=', 2, 'CREATE INDEX trained and encoded on the worker');
 $node->safe_psql('postgres', q{SELECT gpuivf_verify('items_v', true)});
 pass('the index the worker built verifies (heapallindexed)');
-cmp_ok(stat_value('exact_knn'), '>=', 1, 'CREATE INDEX calibrated with exact kNN on the worker');
+cmp_ok(worker_stat($node, 'exact_knn'), '>=', 1, 'CREATE INDEX calibrated with exact kNN on the worker');
 
 # ----------------------------------------- ANALYZE: ground truth on the GPU
 sub curve
@@ -93,17 +78,17 @@ sub curve
 	return $node->safe_psql('postgres',
 		"SELECT gpuivf_index_info('items_v') -> 'calibration' -> 'curve'");
 }
-my $x0 = stat_value('exact_knn');
+my $x0 = worker_stat($node, 'exact_knn');
 my ($rc, $out, $err) = $node->psql('postgres', 'SET client_min_messages = debug1; ANALYZE items');
 like($err, qr/calibrated on 200 queries: .* exact top-10 on the GPU/,
 	'ANALYZE computes the ground truth on the GPU worker');
-cmp_ok(stat_value('exact_knn'), '>', $x0, 'gpuivf_stat.exact_knn counts its requests');
+cmp_ok(worker_stat($node, 'exact_knn'), '>', $x0, 'gpuivf_stat.exact_knn counts its requests');
 my $curve_gpu = curve();
-$x0 = stat_value('exact_knn');
+$x0 = worker_stat($node, 'exact_knn');
 ($rc, $out, $err) = $node->psql('postgres',
 	'SET gpuivf.device = cpu; SET client_min_messages = debug1; ANALYZE items');
 like($err, qr/exact top-10 on the CPU/, 'under gpuivf.device = cpu ANALYZE stays on the CPU');
-is(stat_value('exact_knn'), $x0, 'and asks the worker nothing');
+is(worker_stat($node, 'exact_knn'), $x0, 'and asks the worker nothing');
 like($curve_gpu, qr/"recall"/, 'the curve is there');
 is(curve(), $curve_gpu, 'GPU and CPU ANALYZE measure the same recall curve');
 
@@ -122,9 +107,9 @@ sub answers
 	  for @vecs;
 	return $node->safe_psql('postgres', $sql);
 }
-my $before = stat_value('queries');
+my $before = worker_stat($node, 'queries');
 my $gpu = answers('gpu');
-cmp_ok(stat_value('queries'), '>=', $before + scalar(@ids), 'the worker searched every query');
+cmp_ok(worker_stat($node, 'queries'), '>=', $before + scalar(@ids), 'the worker searched every query');
 is($gpu, answers('cpu'), 'GPU-worker answers equal the CPU answers (ids and distances)');
 is($node->safe_psql('postgres', "SELECT gpuivf_index_info('items_v') -> 'gpu_cache' -> 0 ->> 'worker'"),
 	'0', 'gpuivf_index_info says worker 0 holds the index');
@@ -226,14 +211,14 @@ is($c1[1] - $c0[1], 0, 'without asking the worker');
 # the query vector of the rest: row 4242's, which a new row -1 copies
 my $q = "'$vecs[7]'";
 $node->safe_psql('postgres', "INSERT INTO items SELECT -1, v FROM items WHERE id = 4242");
-$before = stat_value('queries');
+$before = worker_stat($node, 'queries');
 is( $node->safe_psql('postgres',
 		"SET gpuivf.device = gpu; $knn"
 		  . " SELECT string_agg(id::text, ',' ORDER BY id) FROM (SELECT id FROM items ORDER BY v <-> $q LIMIT 2) s"),
 	'-1,4242',
 	'a committed insert is found by the next query on the GPU');
-cmp_ok(stat_value('queries'), '>', $before, 'that query was answered by the worker');
-cmp_ok(stat_value('refreshes'), '>=', 1, 'the GPU copy caught up incrementally');
+cmp_ok(worker_stat($node, 'queries'), '>', $before, 'that query was answered by the worker');
+cmp_ok(worker_stat($node, 'refreshes'), '>=', 1, 'the GPU copy caught up incrementally');
 
 $node->safe_psql('postgres', q{
 	DELETE FROM items WHERE id % 3 = 0;
@@ -287,26 +272,26 @@ is( $node->safe_psql('postgres',
 # ------------------------------------- ANALYZE when the worker fails
 $node->safe_psql('postgres', 'SET gpuivf.device = cpu; ANALYZE items');
 my $curve_cpu = curve();
-my $cpid = stat_value('pid');
-my $fb0 = stat_value('cpu_fallbacks');
+my $cpid = worker_stat($node, 'pid');
+my $fb0 = worker_stat($node, 'cpu_fallbacks');
 PostgreSQL::Test::Utils::append_to_file($fail_file, 'x');
 ($rc, $out, $err) = $node->psql('postgres', 'SET client_min_messages = debug1; ANALYZE items');
 is($rc, 0, 'ANALYZE succeeds when the worker fails its exact kNN (device error, auto)');
 like($err, qr/exact top-10 on the CPU/, 'the CPU computed the ground truth instead');
-cmp_ok(stat_value('cpu_fallbacks'), '>', $fb0, 'counted as a CPU fallback');
+cmp_ok(worker_stat($node, 'cpu_fallbacks'), '>', $fb0, 'counted as a CPU fallback');
 is(curve(), $curve_cpu, 'the curve is the one the CPU measures');
 is(poll_until($node, "SELECT state FROM gpuivf_stat WHERE worker = 0 AND pid <> $cpid", 'ready'),
 	'ready', 'the worker restarted after that device error');
 
 # ------------------------------------------------------ device error
-my $pid = stat_value('pid');
+my $pid = worker_stat($node, 'pid');
 PostgreSQL::Test::Utils::append_to_file($fail_file, 'x');
-my $fallbacks = stat_value('cpu_fallbacks');
+my $fallbacks = worker_stat($node, 'cpu_fallbacks');
 is( $node->safe_psql('postgres',
 		"SET gpuivf.device = auto; $knn SELECT id FROM items ORDER BY v <-> $q LIMIT 1"),
 	'-1',
 	'a device error under auto: the CPU answers');
-is(stat_value('cpu_fallbacks'), $fallbacks + 1, 'counted as one CPU fallback');
+is(worker_stat($node, 'cpu_fallbacks'), $fallbacks + 1, 'counted as one CPU fallback');
 my $newpid = '';
 for (1 .. 150)
 {
@@ -329,16 +314,16 @@ sleep 1;
 ($rc, $out, $err) = $node->psql('postgres',
 	"SET gpuivf.device = gpu; $knn SELECT id FROM items ORDER BY v <-> $q LIMIT 1");
 like($err, qr/needs about \d+ MB of GPU memory/, 'an index above gpuivf.gpu_memory_limit: clear error under gpu');
-$fallbacks = stat_value('cpu_fallbacks');
+$fallbacks = worker_stat($node, 'cpu_fallbacks');
 is( $node->safe_psql('postgres',
 		"$knn SELECT id FROM items ORDER BY v <-> $q LIMIT 1"),
 	'-1', 'and the CPU answers under auto');
-is(stat_value('cpu_fallbacks'), $fallbacks + 1, 'counted as one CPU fallback');
+is(worker_stat($node, 'cpu_fallbacks'), $fallbacks + 1, 'counted as one CPU fallback');
 $node->safe_psql('postgres', "ALTER SYSTEM RESET gpuivf.gpu_memory_limit; SELECT pg_reload_conf()");
 sleep 1;
 
 # ---------------------------------------------------------- kill -9
-$pid = stat_value('pid');
+$pid = worker_stat($node, 'pid');
 set_delay(2000);
 $bg = $node->background_psql('postgres', on_error_stop => 0);
 $bg->query_until(qr/started/, "\\echo started\nSET gpuivf.device = gpu; $knn SELECT id FROM items ORDER BY v <-> $q LIMIT 1;\n");

@@ -31,22 +31,7 @@ my $tmp = PostgreSQL::Test::Utils::tempdir('gpuivf_shards');
 my $fail_file = "$tmp/fail";
 local $ENV{GPUIVF_FAKE_FAIL_FILE} = $fail_file;
 
-my $node = gpuivf_node('worker_shards', conf => qq(
-shared_preload_libraries = 'gpuivf'
-gpuivf.engine_library = '$fake'
-gpuivf.devices = '0,1'
-log_min_messages = log
-max_connections = 20
-jit = off
-autovacuum = off
-));
-
-
-sub stat_of
-{
-	my ($col, $worker) = @_;
-	return $node->safe_psql('postgres', "SELECT $col FROM gpuivf_stat WHERE worker = $worker");
-}
+my $node = fake_gpu_node('worker_shards', $fake, "gpuivf.devices = '0,1'\nmax_connections = 20\n");
 
 is(poll_until($node, "SELECT count(*) FROM gpuivf_stat WHERE state = 'ready'", '2'),
 	'2', 'two workers are ready on the two stand-in devices');
@@ -82,7 +67,7 @@ sub answers
 	return $node->safe_psql('postgres', $sql);
 }
 
-my @q0 = (stat_of('queries', 0), stat_of('queries', 1));
+my @q0 = (worker_stat($node, 'queries', 0), worker_stat($node, 'queries', 1));
 for my $case (['items', '<->', 'L2'], ['items', '<#>', 'inner product'],
 	['items', '<=>', 'cosine'], ['plain', '<->', 'L2 without stored vectors'])
 {
@@ -95,8 +80,8 @@ for my $case (['items', '<->', 'L2'], ['items', '<#>', 'inner product'],
 	is(answers($table, $op, 'gpu', 2, 60), answers($table, $op, 'cpu', 2, 60),
 		"$name: also for LIMIT 60 (more rows than candidates)");
 }
-cmp_ok(stat_of('queries', 0) - $q0[0], '>=', 4 * 2 * @vecs, 'worker 0 searched its shard for every sharded query');
-cmp_ok(stat_of('queries', 1) - $q0[1], '>=', 4 * 2 * @vecs, 'and so did worker 1');
+cmp_ok(worker_stat($node, 'queries', 0) - $q0[0], '>=', 4 * 2 * @vecs, 'worker 0 searched its shard for every sharded query');
+cmp_ok(worker_stat($node, 'queries', 1) - $q0[1], '>=', 4 * 2 * @vecs, 'and so did worker 1');
 
 is( $node->safe_psql('postgres', q{
 		SELECT string_agg((e->>'worker') || ':' || (e->>'shard') || '/' || (e->>'shards'), ',' ORDER BY e->>'worker')
@@ -141,12 +126,12 @@ $node->safe_psql('postgres', "ALTER SYSTEM RESET gpuivf.gpu_memory_limit; SELECT
 
 # ------------------------------------------------- a shard worker is gone
 my $cpu = answers('items', '<->', 'cpu', 2);
-my $pid1 = stat_of('pid', 1);
+my $pid1 = worker_stat($node, 'pid', 1);
 $node->safe_psql('postgres', "SELECT pg_terminate_backend($pid1)");
 poll_until($node, "SELECT state <> 'ready' OR pid <> $pid1 FROM gpuivf_stat WHERE worker = 1", 't');
 ($rc, $out, $err) = $node->psql('postgres',
 	"SET gpuivf.device = gpu; SET gpuivf.shards = 2; $knn SELECT id FROM items ORDER BY v <-> '$vecs[0]' LIMIT 3");
-if (stat_of('pid', 1) eq $pid1 || stat_of('state', 1) ne 'ready')
+if (worker_stat($node, 'pid', 1) eq $pid1 || worker_stat($node, 'state', 1) ne 'ready')
 {
 	like($err, qr/gpuivf GPU worker 1, which holds shard 1 of 2 of index "items_l2", is not ready|gpuivf GPU worker could not search index "items_l2"/,
 		'gpu: a search needing the missing shard worker is a clear ERROR');
@@ -156,27 +141,27 @@ else
 	pass('(the shard worker restarted before the query: nothing to fail)');
 }
 note("under gpu: $err");
-my $fb = stat_of('cpu_fallbacks', 1) + stat_of('cpu_fallbacks', 0);
-if (stat_of('state', 1) eq 'ready')
+my $fb = worker_stat($node, 'cpu_fallbacks', 1) + worker_stat($node, 'cpu_fallbacks', 0);
+if (worker_stat($node, 'state', 1) eq 'ready')
 {
-	$pid1 = stat_of('pid', 1);
+	$pid1 = worker_stat($node, 'pid', 1);
 	$node->safe_psql('postgres', "SELECT pg_terminate_backend($pid1)");
 	poll_until($node, "SELECT state <> 'ready' OR pid IS DISTINCT FROM $pid1 FROM gpuivf_stat WHERE worker = 1", 't');
 }
 is(answers('items', '<->', 'auto', 2), $cpu, 'auto: without the shard worker the answers are the CPU\'s');
-cmp_ok(stat_of('cpu_fallbacks', 1) + stat_of('cpu_fallbacks', 0), '>', $fb, 'counted as CPU fallbacks');
+cmp_ok(worker_stat($node, 'cpu_fallbacks', 1) + worker_stat($node, 'cpu_fallbacks', 0), '>', $fb, 'counted as CPU fallbacks');
 
 is(poll_until($node, "SELECT count(*) FROM gpuivf_stat WHERE state = 'ready'", '2'), '2',
 	'the shard worker restarts');
-my $q1 = stat_of('queries', 1);
+my $q1 = worker_stat($node, 'queries', 1);
 is(answers('items', '<->', 'gpu', 2), $cpu, 'and sharded answers are the CPU\'s again');
-cmp_ok(stat_of('queries', 1), '>', $q1, 'with the restarted worker searching its shard');
+cmp_ok(worker_stat($node, 'queries', 1), '>', $q1, 'with the restarted worker searching its shard');
 
 # ------------------------------- a device error on a shard worker (it exits)
-$fb = stat_of('cpu_fallbacks', 1) + stat_of('cpu_fallbacks', 0);
+$fb = worker_stat($node, 'cpu_fallbacks', 1) + worker_stat($node, 'cpu_fallbacks', 0);
 PostgreSQL::Test::Utils::append_to_file($fail_file, 'x');
 is(answers('items', '<->', 'auto', 2), $cpu, 'auto: a shard search failing with a device error is answered on the CPU');
-cmp_ok(stat_of('cpu_fallbacks', 1) + stat_of('cpu_fallbacks', 0), '>', $fb, 'counted as CPU fallbacks');
+cmp_ok(worker_stat($node, 'cpu_fallbacks', 1) + worker_stat($node, 'cpu_fallbacks', 0), '>', $fb, 'counted as CPU fallbacks');
 is(poll_until($node, "SELECT count(*) FROM gpuivf_stat WHERE state = 'ready'", '2'), '2',
 	'the failed worker restarts');
 PostgreSQL::Test::Utils::append_to_file($fail_file, 'x');

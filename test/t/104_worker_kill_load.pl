@@ -32,21 +32,7 @@ plan skip_all => 'the CPU stand-in of the GPU engine (make fake-gpu-engine) coul
 my $add_delay_ms = 4000;
 local $ENV{GPUIVF_FAKE_ADD_DELAY_MS} = $add_delay_ms;
 
-my $node = gpuivf_node('worker_kill_load', conf => qq(
-shared_preload_libraries = 'gpuivf'
-gpuivf.engine_library = '$fake'
-log_min_messages = log
-restart_after_crash = on
-max_connections = 40
-jit = off
-autovacuum = off
-));
-
-sub stat_value
-{
-	my ($col) = @_;
-	return $node->safe_psql('postgres', "SELECT $col FROM gpuivf_stat WHERE worker = 0");
-}
+my $node = fake_gpu_node('worker_kill_load', $fake, "max_connections = 40\n");
 
 # polls until the worker (other than pid $old, if given) is ready; tolerates
 # connection failures while the cluster restarts
@@ -94,10 +80,10 @@ sub answers_sql
 	return $sql;
 }
 my $cpu = $node->safe_psql('postgres', answers_sql('cpu'));
-is(stat_value('loads'), '0', 'the worker holds no copy of the index yet');
+is(worker_stat($node, 'loads'), '0', 'the worker holds no copy of the index yet');
 
 # ------------------------------------------- a query that makes the worker load
-my $pid = stat_value('pid');
+my $pid = worker_stat($node, 'pid');
 my ($out, $err) = ('', '');
 my $timer = IPC::Run::timer(60);
 my $h = IPC::Run::start(
@@ -119,7 +105,7 @@ usleep(1_000_000);
 is( $node->safe_psql('postgres',
 		"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'loader' AND state = 'active'"),
 	'1', 'a second later the query still waits for the worker loading the index');
-is(stat_value('loads'), '0', 'whose load has not finished');
+is(worker_stat($node, 'loads'), '0', 'whose load has not finished');
 
 my $killed_at = time();
 ok(kill('KILL', $pid), "kill -9 of the worker (pid $pid) while it loads");
@@ -144,11 +130,11 @@ note "waiting session: stdout '$out', stderr '$err'";
 is(wait_ready($pid), 'ready', 'the cluster restarts with a new worker (state ready)');
 ok($node->log_contains('terminated by signal 9'), 'the postmaster logged the kill');
 
-my $q0 = stat_value('queries');
+my $q0 = worker_stat($node, 'queries');
 is($node->safe_psql('postgres', answers_sql('gpu')), $cpu,
 	'gpuivf.device = gpu answers with the rows and distances of gpuivf.device = cpu');
-cmp_ok(stat_value('queries'), '>=', $q0 + scalar(@ids), 'those queries were answered by the worker');
-cmp_ok(stat_value('loads'), '>=', 1, 'after loading the index again');
+cmp_ok(worker_stat($node, 'queries'), '>=', $q0 + scalar(@ids), 'those queries were answered by the worker');
+cmp_ok(worker_stat($node, 'loads'), '>=', 1, 'after loading the index again');
 
 $node->safe_psql('postgres', q{SELECT gpuivf_verify('items_v', true)});
 pass('gpuivf_verify(items_v, true) passes');
