@@ -13,7 +13,7 @@
  * Writes results.json and the IVF-PQ model/codes/queries/ground truth (for the
  * PyTorch baseline, torch_baseline.py) into the output directory.
  *
- * usage: gpuivf_bench [--out DIR] [--quick]
+ * usage: gpuivf_bench [--out DIR] [--quick] [--select-only | --ivfpq-only]
  */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -224,11 +224,12 @@ void dump(const std::string &path, const T *dev_or_host, size_t count, bool devi
 
 int main(int argc, char **argv) {
     std::string out = ".";
-    bool quick = false, select_only = false;
+    bool quick = false, select_only = false, ivfpq_only = false;
     for (int i = 1; i < argc; i++) {
         if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         if (!std::strcmp(argv[i], "--quick")) quick = true;
         if (!std::strcmp(argv[i], "--select-only")) select_only = true;
+        if (!std::strcmp(argv[i], "--ivfpq-only")) ivfpq_only = true; /* for profilers */
     }
     int32_t ndev = 0;
     CHECK_GPU(gpuivf_cuda_device_count(&ndev));
@@ -261,7 +262,7 @@ int main(int argc, char **argv) {
     const double copy_gbps = R.v.back().second;
 
     /* -------------------------------------------------------- select */
-    {
+    if (!ivfpq_only) {
         const int64_t rows = 10000, cols = 128000;
         float *x;
         float *vals;
@@ -292,7 +293,7 @@ int main(int argc, char **argv) {
     }
 
     /* ----------------------------------------------------------- knn */
-    {
+    if (!ivfpq_only) {
         const int64_t n = 1000000, nq = 10000;
         const int d = 128, k = 100;
         float *base, *q, *scores;

@@ -1,13 +1,13 @@
 /*
  * bucket.cuh — defines the launchers of one k-bucket.  Each select_kW.cu
- * includes this and expands GPUIVF_DEFINE_BUCKET(W) once: the two
- * WarpSelect kernels are instantiated exactly once per bucket, in their own
- * translation unit (a short, parallel build).
+ * includes this and expands GPUIVF_DEFINE_BUCKET(W) once: the WarpSelect
+ * kernels (select_rows and the two scans) are instantiated exactly once per
+ * bucket, in their own translation unit (a short, parallel build).
  */
 #ifndef GPUIVF_CUDA_BUCKET_CUH
 #define GPUIVF_CUDA_BUCKET_CUH
 
-#include "ivfpq_scan.cuh"
+#include "ivfpq_scan8.cuh"
 #include "select_rows.cuh"
 
 #define GPUIVF_DEFINE_BUCKET(W)                                                                          \
@@ -24,7 +24,8 @@
     }                                                                                                    \
     void launch_ivfpq_scan_w##W(const IvfPqScanArgs &a, size_t smem_bytes, cudaStream_t stream) {       \
         constexpr int kT = ScanQueueLength<W>::value;                                                    \
-        auto kernel = ivfpq_scan_kernel<W, kT, kScanThreads>;                                            \
+        auto kernel = a.scan8 ? ivfpq_scan8_kernel<W, kT, kScanThreads>                                  \
+                              : ivfpq_scan_kernel<W, kT, kScanThreads>;                                  \
         if (smem_bytes > 48 * 1024)                                                                      \
             GPUIVF_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,    \
                                                  static_cast<int>(smem_bytes)));                         \

@@ -251,6 +251,21 @@ ModelView index_model(const Index &ix) {
     return ModelView{ix.metric, ix.d, ix.nlist, ix.m, ix.nbits, ix.centroids.data(), ix.codebook.data()};
 }
 
+namespace {
+
+/* [m][ksub][dsub] -> [ksub][m][dsub] */
+__global__ void transpose_codebook_kernel(const float *in, int m, int ksub, int dsub, float *out) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= static_cast<int64_t>(m) * ksub * dsub) return;
+    const int t = static_cast<int>(i % dsub);
+    const int64_t jc = i / dsub;
+    const int c = static_cast<int>(jc % ksub);
+    const int j = static_cast<int>(jc / ksub);
+    out[(static_cast<int64_t>(c) * m + j) * dsub + t] = in[i];
+}
+
+}  // namespace
+
 void index_init(Resources &res, Index &ix, Metric metric, int d, int nlist, int m, int nbits, const float *centroids,
                 const float *codebook, bool store_vectors) {
     ix.res = &res;
@@ -269,6 +284,15 @@ void index_init(Resources &res, Index &ix, Metric metric, int d, int nlist, int 
     ix.codebook.allocate(static_cast<int64_t>(m) * ix.ksub * ix.dsub);
     copy_to_device(res, ix.centroids.data(), centroids, static_cast<int64_t>(nlist) * d);
     copy_to_device(res, ix.codebook.data(), codebook, static_cast<int64_t>(m) * ix.ksub * ix.dsub);
+    if (nbits == 8) {
+        /* codeword c of every sub-quantizer side by side: the conflict-free
+         * scan builds its transposed table from consecutive codewords */
+        const int64_t total = static_cast<int64_t>(m) * ix.ksub * ix.dsub;
+        ix.codebook_t.allocate(total);
+        transpose_codebook_kernel<<<static_cast<unsigned>(ceil_div(total, 256)), 256, 0, res.stream>>>(
+            ix.codebook.data(), m, ix.ksub, ix.dsub, ix.codebook_t.data());
+        GPUIVF_CUDA_CHECK_LAUNCH();
+    }
     ix.offset.assign(nlist, 0);
     ix.size.assign(nlist, 0);
     ix.capacity.assign(nlist, 0);
@@ -367,7 +391,7 @@ void index_get_list(Resources &res, const Index &ix, int list, int64_t count, ui
 }
 
 int64_t index_device_bytes(const Index &ix) {
-    return ix.centroids.bytes() + ix.codebook.bytes() + ix.d_offset.bytes() + ix.d_size.bytes() + ix.codes.bytes() +
+    return ix.centroids.bytes() + ix.codebook.bytes() + ix.codebook_t.bytes() + ix.d_offset.bytes() + ix.d_size.bytes() + ix.codes.bytes() +
            ix.ids.bytes() + ix.term2.bytes() + ix.vectors.bytes();
 }
 

@@ -33,6 +33,7 @@ struct gpuivf_cuda_index {
     bool store_vectors = false;
 
     gpuivf_cuda::DeviceArray<float> centroids, codebook;
+    gpuivf_cuda::DeviceArray<float> codebook_t; /* 8-bit: [ksub][m][dsub], for ivfpq_scan8.cuh */
 
     std::vector<int64_t> offset, size, capacity; /* host copies, per list */
     int64_t total_capacity = 0;

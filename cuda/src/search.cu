@@ -4,7 +4,8 @@
  *   2. coarse quantization by the exact kNN against the centroids (L2, or
  *      inner product for an IP index), re-scored with the CPU's arithmetic
  *      so the probed lists and their biases are the CPU's;
- *   3. the fused list scan + k-selection (ivfpq_scan.cuh), one block per
+ *   3. the fused list scan + k-selection (ivfpq_scan.cuh; ivfpq_scan8.cuh
+ *      for 8-bit codes with query tables), one block per
  *      query, or per share of its probes when the batch is too small to fill
  *      the GPU, then a second selection pass across the shares;
  *   4. exact re-rank of the candidates on the stored vectors (or the ADC
@@ -54,7 +55,13 @@ void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, c
     const size_t lut_bytes = sizeof(float) * (static_cast<size_t>(ix.m_pad) * ix.ksub + 2 * static_cast<size_t>(ix.d));
     /* The per-probe arrays are sized for one block's share of the probes. */
     const size_t probe_bytes_max = 12 * static_cast<size_t>(npmax + 1) + 16;
-    const size_t smem = ivfpq_scan_queue_bytes(w) + probe_bytes_max + std::max(lut_bytes, ivfpq_scan_merge_bytes(w));
+    /* 8-bit codes with query tables: the conflict-free scan (ivfpq_scan8.cuh)
+     * when its larger table fits */
+    const size_t smem8 = ivfpq_scan8_smem_bytes(ix.m_pad, ix.d, npmax, ivfpq_scan_queue_bytes(w));
+    const bool scan8 = !per_list && ix.nbits == 8 && smem8 <= res.smem_optin;
+    const size_t smem = scan8 ? smem8
+                              : ivfpq_scan_queue_bytes(w) + probe_bytes_max +
+                                    std::max(lut_bytes, ivfpq_scan_merge_bytes(w));
     GPUIVF_REQUIRE(smem <= res.smem_optin,
                    "look-up tables of %d sub-quantizers x %d codes do not fit in the GPU's shared memory", ix.m,
                    ix.ksub);
@@ -128,6 +135,8 @@ void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, c
         a.m_pad = ix.m_pad;
         a.metric = static_cast<int32_t>(ix.metric);
         a.per_list_lut = per_list ? 1 : 0;
+        a.scan8 = scan8 ? 1 : 0;
+        a.codebook_t = ix.codebook_t.data();
         a.out = scan_out.data();
         a.out_ld = kscan_max;
         a.out_count = kscan_max;

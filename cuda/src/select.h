@@ -9,7 +9,8 @@
  *    tiles, select_k) or of packed keys (the second pass that merges
  *    partial results);
  *  - ivfpq_scan: the IVF-PQ list scan, with the look-up table in shared
- *    memory and the selection fused in (ivfpq_scan.cuh).
+ *    memory and the selection fused in (ivfpq_scan.cuh, and for 8-bit
+ *    codes with query tables the conflict-free ivfpq_scan8.cuh).
  */
 #ifndef GPUIVF_CUDA_SELECT_H
 #define GPUIVF_CUDA_SELECT_H
@@ -61,6 +62,11 @@ struct IvfPqScanArgs {
     int32_t m = 0, nbits = 8, dsub = 0, ksub = 256, m_pad = 0;
     int32_t metric = 1;
     int32_t per_list_lut = 0;       /* residual LUT per (query, list), CPU arithmetic */
+    /* 8-bit codes, decomposed tables: the conflict-free scan of
+     * ivfpq_scan8.cuh, its table built from the codebook transposed to
+     * [ksub][m][dsub] */
+    int32_t scan8 = 0;
+    const float *codebook_t = nullptr;
     Key *out = nullptr;             /* row (query * splits + split) */
     int64_t out_ld = 0;
     int32_t out_count = 0;
@@ -74,10 +80,21 @@ constexpr int kScanThreads = 256;
 void launch_select_rows(int w, const SelectRowsArgs &a, int splits, cudaStream_t stream);
 void launch_ivfpq_scan(int w, const IvfPqScanArgs &a, size_t smem_bytes, cudaStream_t stream);
 
-/* Shared memory of the scan kernel: its thread queues (first), then the
- * larger of the look-up table and the final queue merge. */
+/* Shared memory of the scan kernels: thread queues (first), the per-probe
+ * arrays, then the larger of the look-up table and the final queue merge. */
 size_t ivfpq_scan_queue_bytes(int w);
 size_t ivfpq_scan_merge_bytes(int w);
+
+/* ivfpq_scan8.cuh: bytes of one table slab (256 code values x 64
+ * sub-quantizers), and the kernel's dynamic shared memory (queue_bytes: its
+ * thread queues); the queue merge reuses the table (>= 64 KB >= 8 warps x
+ * 1024 keys). */
+constexpr int kScan8SlabBytes = 256 * 64 * 4;
+inline size_t ivfpq_scan8_smem_bytes(int m_pad, int d, int probes, size_t queue_bytes) {
+    const size_t slabs = static_cast<size_t>((m_pad + 63) / 64);
+    return slabs * kScan8SlabBytes + 4 * static_cast<size_t>((d + 3) & ~3) + queue_bytes +
+           16 * static_cast<size_t>(probes + 1); /* Scan8Probe: 16 bytes */
+}
 
 /* Whether rows are many enough for one warp per row. */
 bool use_warp_rows(const Resources &res, int64_t rows);

@@ -35,9 +35,24 @@ struct SelectMinBlocks {
     static constexpr int value = W <= 64 ? 8 : (W <= 128 ? GPUIVF_SELECT_MINBLOCKS_128 : (W <= 256 ? 4 : 1));
 };
 
+/* A streamed float4: read once, so evict first (default), or (A/B knob
+ * GPUIVF_SELECT_L2_PREFETCH) non-coherent, no L1 allocation and a 256-byte
+ * L2 prefetch per miss. */
+__device__ __forceinline__ float4 stream_load4(const float *p) {
+#if defined(GPUIVF_SELECT_L2_PREFETCH) && GPUIVF_SELECT_L2_PREFETCH
+    float4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "l"(p));
+    return v;
+#else
+    return __ldcs(reinterpret_cast<const float4 *>(p));
+#endif
+}
+
 /* Four consecutive values of a row starting at column c (< c1). */
 __device__ __forceinline__ float4 load4(const float *rp, int c, int c1, bool vec) {
-    if (vec && c + 3 < c1) return __ldcs(reinterpret_cast<const float4 *>(rp + c));
+    if (vec && c + 3 < c1) return stream_load4(rp + c);
     float4 v;
     v.x = __ldcs(rp + c);
     v.y = c + 1 < c1 ? __ldcs(rp + c + 1) : 0.0f;

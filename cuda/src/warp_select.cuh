@@ -166,6 +166,8 @@ struct WarpSelect {
     int kth_row, kth_lane;  /* where element k - 1 of the warp queue lives */
     int lane;
     Key *shared_threshold;  /* best threshold of the block (shared memory), or null */
+    uint32_t shared_threshold_saddr; /* the same as a shared-window address */
+    bool has_shared_threshold;
 
     __device__ __forceinline__ void init(int k, Key *smem, Key *shared) {
         lane = threadIdx.x & 31;
@@ -177,6 +179,8 @@ struct WarpSelect {
         kth_row = (k - 1) >> 5;
         kth_lane = (k - 1) & 31;
         shared_threshold = shared;
+        has_shared_threshold = shared != nullptr;
+        shared_threshold_saddr = shared ? static_cast<uint32_t>(__cvta_generic_to_shared(shared)) : 0u;
         set_threshold(kSentinelKey);
     }
 
@@ -188,10 +192,14 @@ struct WarpSelect {
     /* Conservative float test: false only when the score cannot be kept. */
     __device__ __forceinline__ bool may_pass(float score) const { return !(score > threshold_score); }
 
-    /* Adopt a better threshold published by another warp of the block. */
+    /* Adopt a better threshold published by another warp of the block.  A
+     * volatile load through the shared window: through the generic pointer
+     * the compiler rebuilds the window address every time (about 12
+     * instructions per call in the scan's inner loop). */
     __device__ __forceinline__ void refresh() {
-        if (shared_threshold) {
-            const Key s = *reinterpret_cast<volatile Key *>(shared_threshold);
+        if (has_shared_threshold) {
+            Key s;
+            asm volatile("ld.volatile.shared.u64 %0, [%1];" : "=l"(s) : "r"(shared_threshold_saddr));
             if (s < threshold) set_threshold(s);
         }
     }
@@ -264,7 +272,7 @@ struct WarpSelect {
         }
         __syncwarp();
         count = 0;
-        if (shared_threshold != nullptr && threshold != kSentinelKey && lane == 0)
+        if (has_shared_threshold && threshold != kSentinelKey && lane == 0)
             atomicMin(shared_threshold, threshold);
         refresh();
     }

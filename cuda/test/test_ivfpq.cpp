@@ -3,7 +3,8 @@
 // distances and the same ids), the decomposed tables (same neighbours up to
 // float rounding), exact re-rank, per-query k and nprobe, small batches
 // (probes split over blocks + the second selection pass), 4-bit codes,
-// appending and removing, and siftsmall.
+// the conflict-free 8-bit scan at several code widths, appending and
+// removing, and siftsmall.
 #include "cuda_test_util.h"
 
 namespace {
@@ -110,12 +111,13 @@ TEST_P(IvfPqTest, EncodeIsByteIdentical) {
     }
     EXPECT_LE(list_diff, cpu.size() / 1000);
     EXPECT_EQ(code_diff, 0);
-    // The ADC sums of odd m follow the CPU's order too.
+    // The ADC sums of odd m follow the CPU's order too (per-list tables, and
+    // the 4-bit scan's inner product tables).
     GpuIndex g;
     load(cpu, false, &g);
     const std::vector<float> q = gt::clustered_vectors(40, d, 40, 12);
     compare_search(cpu, g.ix, q, {10, 5, 0, GPUIVF_CUDA_LUT_PER_LIST}, true);
-    compare_search(cpu, g.ix, q, {10, 5, 0, GPUIVF_CUDA_LUT_AUTO}, m == Metric::InnerProduct);
+    compare_search(cpu, g.ix, q, {10, 5, 0, GPUIVF_CUDA_LUT_AUTO}, m == Metric::InnerProduct && nbits == 4);
 }
 
 TEST_P(IvfPqTest, SearchMatchesCpu) {
@@ -128,15 +130,17 @@ TEST_P(IvfPqTest, SearchMatchesCpu) {
     GpuIndex g;
     load(cpu, true, &g);
     const std::vector<float> q = gt::clustered_vectors(203, d, 80, 22);
-    // Bit-identical: per-list tables (and inner product in every mode).
+    // Bit-identical: per-list tables (and inner product with 4-bit codes,
+    // whose scan sums in the CPU's order; the 8-bit scan sums in its own).
     compare_search(cpu, g.ix, q, {10, 8, 0, GPUIVF_CUDA_LUT_PER_LIST}, true);
     compare_search(cpu, g.ix, q, {1, 1, 0, GPUIVF_CUDA_LUT_PER_LIST}, true);
     compare_search(cpu, g.ix, q, {100, 61, 0, GPUIVF_CUDA_LUT_PER_LIST}, true);
     compare_search(cpu, g.ix, q, {10, 8, 200, GPUIVF_CUDA_LUT_PER_LIST}, true);
     compare_search(cpu, g.ix, q, {1000, 20, 0, GPUIVF_CUDA_LUT_PER_LIST}, true);
     // Decomposed tables: same neighbours up to rounding (exact with re-rank).
-    compare_search(cpu, g.ix, q, {10, 8, 0, GPUIVF_CUDA_LUT_AUTO}, m == Metric::InnerProduct);
-    compare_search(cpu, g.ix, q, {100, 16, 0, GPUIVF_CUDA_LUT_DECOMPOSED}, m == Metric::InnerProduct);
+    const bool ip4 = m == Metric::InnerProduct && nbits == 4;
+    compare_search(cpu, g.ix, q, {10, 8, 0, GPUIVF_CUDA_LUT_AUTO}, ip4);
+    compare_search(cpu, g.ix, q, {100, 16, 0, GPUIVF_CUDA_LUT_DECOMPOSED}, ip4);
     compare_search(cpu, g.ix, q, {10, 16, 100, GPUIVF_CUDA_LUT_AUTO}, false);
     // A small batch: probes split over several blocks, merged by a second pass.
     const std::vector<float> q3(q.begin(), q.begin() + 3 * d);
@@ -154,6 +158,32 @@ INSTANTIATE_TEST_SUITE_P(MetricsAndBits, IvfPqTest,
                          ::testing::Combine(::testing::Values(Metric::L2, Metric::InnerProduct, Metric::Cosine),
                                             ::testing::Values(8, 4)),
                          param_name);
+
+// The conflict-free 8-bit scan (ivfpq_scan8.cuh) at code widths that fill
+// its 32-lane steps exactly (m 32, 64), half (m 16, 48: half the lanes idle in
+// the last step, table rows padded to 32) and an odd m (tail of zeros), with
+// list sizes that are not multiples of its 32-code tiles.
+TEST(IvfPq, ConflictFreeScanWidths) {
+    REQUIRE_GPU();
+    const int d = 96;
+    const std::vector<float> base = gt::clustered_vectors(9001, d, 60, 61);
+    const std::vector<float> q = gt::clustered_vectors(120, d, 60, 62);
+    for (Metric metric : {Metric::L2, Metric::InnerProduct}) {
+        for (int pq_m : {32, 48, 16, 24, 96}) {
+            SCOPED_TRACE(::testing::Message() << "pq_m " << pq_m);
+            gt::CpuIvfPq cpu;
+            cpu.train(metric, base, d, 37, pq_m, 8);
+            GpuIndex g;
+            load(cpu, true, &g);
+            compare_search(cpu, g.ix, q, {10, 6, 0, GPUIVF_CUDA_LUT_AUTO}, false);
+            compare_search(cpu, g.ix, q, {100, 37, 0, GPUIVF_CUDA_LUT_AUTO}, false);
+            compare_search(cpu, g.ix, q, {10, 6, 50, GPUIVF_CUDA_LUT_AUTO}, false);
+            // three queries: probes split over blocks, second selection pass
+            const std::vector<float> q3(q.begin(), q.begin() + 3 * d);
+            compare_search(cpu, g.ix, q3, {32, 20, 0, GPUIVF_CUDA_LUT_AUTO}, false);
+        }
+    }
+}
 
 TEST(IvfPq, PerQueryKAndNprobe) {
     REQUIRE_GPU();
