@@ -712,13 +712,17 @@ Datum       gpuivf_worker_search(PG_FUNCTION_ARGS);   /* gpuivfclient.cpp */
 }
 /* gpuivf_index_info: appends "gpu_cache": [...] (where the index is cached) */
 void        GpuivfAppendCacheInfo(StringInfo json, Relation index);
-/* CREATE INDEX on the GPU (gpuivfclient.cpp).  Both return false when no
- * worker can do it (the build then runs on the CPU); errors are raised. */
+/* CREATE INDEX on the GPU (gpuivfclient.cpp).  They return false (or NULL)
+ * when no worker can do it (the build then runs on the CPU); errors are
+ * raised.  Encoding runs in batches through one job (one DSM segment). */
 bool        GpuivfWorkerTrain(Relation index, gpuivf::Metric metric, const float *sample,
                               int64 n, int dims, int lists, int pq_m, int pq_bits,
                               float *centroids, float *codebook);
-bool        GpuivfWorkerEncode(Relation index, const gpuivf::IvfPqModel &model,
-                               const float *raw, int64 n, int32 *lists, uint8 *codes);
+typedef struct GpuivfEncodeJob GpuivfEncodeJob;
+GpuivfEncodeJob *GpuivfWorkerEncodeBegin(const gpuivf::IvfPqModel &model, int64 batch_cap);
+bool        GpuivfWorkerEncodeRun(GpuivfEncodeJob *job, Relation index, const float *raw,
+                                  int64 n, int32 *lists, uint8 *codes);
+void        GpuivfWorkerEncodeEnd(GpuivfEncodeJob *job);
 
 /*
  * The GPU engine's limits per query (the same numbers as

@@ -8,10 +8,14 @@
  *   3. no rows: write an untrained metapage (NOTICE with HINT) and stop;
  *   4. k-means on the sample (coarse centroids), residuals against the
  *      nearest centroid, PQ codebooks on the residuals; raw pages for both;
- *   5. scan the heap again, encoding batches (ivfpq_encode, GEMM) and writing
- *      vector tuples in heap order; (list, id, code) go to a tuplesort;
- *   6. write each list's entries as one chain of consecutive pages, then the
- *      directory, then the final metapage;
+ *   5. scan the heap again, encoding batches (ivfpq_encode, GEMM, or the GPU
+ *      worker through one DSM segment) and writing vector tuples in heap
+ *      order; the (list, id, code) entries stay in memory when they fit in
+ *      half of maintenance_work_mem, else (or once they outgrow it) they go
+ *      to a tuplesort;
+ *   6. order the entries by (list, id) (a counting sort on the list, or the
+ *      tuplesort), write each list's entries as one chain of consecutive
+ *      pages, then the directory, then the final metapage;
  *   7. log every page with log_newpage_range when the index needs WAL.
  * Pages are written without WAL through gpuivfpage.cpp's build writer.
  * The engine runs with no buffer lock held; it polls GpuivfShouldCancel and
@@ -83,12 +87,28 @@ typedef struct GpuivfBuildState
     int32      *labels;
     uint8      *codes;
     GpuivfVectorTuple *vtuple;  /* one reusable vector tuple */
+    GpuivfEncodeJob *encode_job; /* encoding on the GPU worker, or NULL */
+
+    /* the (list, id, code) entries: in memory when they fit (sorted by a
+     * counting sort on the list), else in a tuplesort */
+    bool        mem_entries;
+    int64       mem_n;
+    int64       mem_cap;
+    Size        mem_budget;
+    int32      *mem_lists;
+    uint64     *mem_ids;
+    uint8      *mem_codes;
     bytea      *code_datum;     /* one reusable code for the sort */
     Tuplesortstate *sort;
     TupleDesc   sortdesc;
     TupleTableSlot *putslot;
     GpuivfPageWriter vecw;
     int64       encoded;
+
+    /* seconds per phase, for the DEBUG1 summary */
+    instr_time  phase_start;
+    double      t_sample, t_train, t_encode, t_engine, t_lists, t_wal, t_calibrate;
+    bool        engine_on_gpu;
 
     MemoryContext rowctx;       /* reset after every row */
 } GpuivfBuildState;
@@ -102,6 +122,19 @@ BuildCancelHook(void)
     hook.should_cancel = GpuivfShouldCancel;
     hook.arg = NULL;
     return hook;
+}
+
+/* Seconds since the last call (or since the phase clock started). */
+static double
+PhaseSeconds(GpuivfBuildState *bs)
+{
+    instr_time  now;
+    double      s;
+
+    INSTR_TIME_SET_CURRENT(now);
+    s = INSTR_TIME_GET_DOUBLE(now) - INSTR_TIME_GET_DOUBLE(bs->phase_start);
+    bs->phase_start = now;
+    return s;
 }
 
 /* pg_stat_progress_create_index.subphase names. */
@@ -311,7 +344,77 @@ StartSort(GpuivfBuildState *bs)
     bs->putslot = MakeSingleTupleTableSlot(bs->sortdesc, &TTSOpsVirtual);
 }
 
-/* Buffers of one encoding batch, bounded by a quarter of maintenance_work_mem. */
+/* Hand one entry to the tuplesort. */
+static void
+SortPut(GpuivfBuildState *bs, int32 list, uint64 id, const uint8 *code)
+{
+    TupleTableSlot *slot = bs->putslot;
+
+    memcpy(VARDATA(bs->code_datum), code, bs->code_size);
+    ExecClearTuple(slot);
+    slot->tts_values[0] = Int32GetDatum(list);
+    slot->tts_values[1] = Int64GetDatum((int64) id);
+    slot->tts_values[2] = PointerGetDatum(bs->code_datum);
+    slot->tts_isnull[0] = slot->tts_isnull[1] = slot->tts_isnull[2] = false;
+    ExecStoreVirtualTuple(slot);
+    tuplesort_puttupleslot(bs->sort, slot);
+}
+
+/* Bytes per in-memory entry: list, id, code, and WriteLists' order. */
+static Size
+MemEntryBytes(const GpuivfBuildState *bs)
+{
+    return sizeof(int32) + sizeof(uint64) + (Size) bs->code_size + sizeof(int64);
+}
+
+/* Room for n entries in memory (within the budget), else false. */
+static bool
+MemReserve(GpuivfBuildState *bs, int64 n)
+{
+    int64       cap;
+
+    if (n <= bs->mem_cap)
+        return true;
+    cap = Max(n, bs->mem_cap + bs->mem_cap / 4);
+    if ((Size) cap * MemEntryBytes(bs) > bs->mem_budget)
+        cap = n;
+    if ((Size) cap * MemEntryBytes(bs) > bs->mem_budget)
+        return false;
+    if (bs->mem_lists == NULL)
+    {
+        bs->mem_lists = (int32 *) palloc_extended(sizeof(int32) * cap, MCXT_ALLOC_HUGE);
+        bs->mem_ids = (uint64 *) palloc_extended(sizeof(uint64) * cap, MCXT_ALLOC_HUGE);
+        bs->mem_codes = (uint8 *) palloc_extended((Size) bs->code_size * cap, MCXT_ALLOC_HUGE);
+    }
+    else
+    {
+        bs->mem_lists = (int32 *) repalloc_huge(bs->mem_lists, sizeof(int32) * cap);
+        bs->mem_ids = (uint64 *) repalloc_huge(bs->mem_ids, sizeof(uint64) * cap);
+        bs->mem_codes = (uint8 *) repalloc_huge(bs->mem_codes, (Size) bs->code_size * cap);
+    }
+    bs->mem_cap = cap;
+    return true;
+}
+
+/* The entries outgrew the budget: move them into a tuplesort. */
+static void
+SpillToSort(GpuivfBuildState *bs)
+{
+    StartSort(bs);
+    for (int64 i = 0; i < bs->mem_n; i++)
+        SortPut(bs, bs->mem_lists[i], bs->mem_ids[i], bs->mem_codes + (Size) i * bs->code_size);
+    pfree(bs->mem_lists);
+    pfree(bs->mem_ids);
+    pfree(bs->mem_codes);
+    bs->mem_lists = NULL;
+    bs->mem_ids = NULL;
+    bs->mem_codes = NULL;
+    bs->mem_entries = false;
+}
+
+/* Buffers of one encoding batch, bounded by a quarter of maintenance_work_mem;
+ * the entries stay in memory when the rows seen by the sampling scan fit in
+ * half of it (the sample is gone by now). */
 static void
 StartEncoding(GpuivfBuildState *bs)
 {
@@ -334,27 +437,48 @@ StartEncoding(GpuivfBuildState *bs)
     SET_VARSIZE(bs->code_datum, VARHDRSZ + bs->code_size);
     GpuivfWriterInit(&bs->vecw, bs->index, bs->forknum, GPUIVF_PAGE_VECTOR, false);
     bs->encoded = 0;
-    StartSort(bs);
+    bs->encode_job = GpuivfWorkerEncodeBegin(bs->model, bs->batch_cap);
+
+    bs->mem_budget = (Size) maintenance_work_mem * 1024 / 2;
+    bs->mem_n = bs->mem_cap = 0;
+    bs->mem_lists = NULL;
+    bs->mem_ids = NULL;
+    bs->mem_codes = NULL;
+    bs->mem_entries = MemReserve(bs, Max(bs->rows + bs->rows / 16, (int64) 64));
+    if (!bs->mem_entries)
+        StartSort(bs);
 }
 
-/* Encode the batch (no lock held), write its vector tuples, feed the sort. */
+/* Encode the batch (no lock held), write its vector tuples, keep or sort
+ * its entries. */
 static void
 FlushBatch(GpuivfBuildState *bs)
 {
     gpuivf::CancelHook cancel = BuildCancelHook();
     Size        vsize = GPUIVF_VECTOR_TUPLE_SIZE(bs->dims);
-    TupleTableSlot *slot = bs->putslot;
+    instr_time  t0, t1;
 
     if (bs->batch_n == 0)
         return;
+    INSTR_TIME_SET_CURRENT(t0);
     /* on the GPU worker when one can */
-    if (!GpuivfWorkerEncode(bs->index, bs->model, bs->batch_raw, bs->batch_n, bs->labels,
-                            bs->codes))
+    if (bs->encode_job != NULL &&
+        GpuivfWorkerEncodeRun(bs->encode_job, bs->index, bs->batch_raw, bs->batch_n, bs->labels,
+                              bs->codes))
+        bs->engine_on_gpu = true;
+    else
         GpuivfRaiseStatus(gpuivf::ivfpq_encode(bs->model, bs->batch_prep, bs->batch_n, bs->labels,
                                                bs->codes, &cancel));
+    INSTR_TIME_SET_CURRENT(t1);
+    INSTR_TIME_SUBTRACT(t1, t0);
+    bs->t_engine += INSTR_TIME_GET_DOUBLE(t1);
+
+    if (bs->mem_entries && !MemReserve(bs, bs->mem_n + bs->batch_n))
+        SpillToSort(bs);
     for (int i = 0; i < bs->batch_n; i++)
     {
         ItemPointerData id_tid = bs->batch_tids[i];
+        const uint8 *code = bs->codes + (Size) i * bs->code_size;
 
         if (bs->stores_vectors)
         {
@@ -363,14 +487,15 @@ FlushBatch(GpuivfBuildState *bs)
                    sizeof(float) * bs->dims);
             GpuivfWriterAdd(&bs->vecw, bs->vtuple, vsize, &id_tid);
         }
-        memcpy(VARDATA(bs->code_datum), bs->codes + (Size) i * bs->code_size, bs->code_size);
-        ExecClearTuple(slot);
-        slot->tts_values[0] = Int32GetDatum(bs->labels[i]);
-        slot->tts_values[1] = Int64GetDatum((int64) GpuivfTidToId(&id_tid));
-        slot->tts_values[2] = PointerGetDatum(bs->code_datum);
-        slot->tts_isnull[0] = slot->tts_isnull[1] = slot->tts_isnull[2] = false;
-        ExecStoreVirtualTuple(slot);
-        tuplesort_puttupleslot(bs->sort, slot);
+        if (bs->mem_entries)
+        {
+            bs->mem_lists[bs->mem_n] = bs->labels[i];
+            bs->mem_ids[bs->mem_n] = GpuivfTidToId(&id_tid);
+            memcpy(bs->mem_codes + (Size) bs->mem_n * bs->code_size, code, bs->code_size);
+            bs->mem_n++;
+        }
+        else
+            SortPut(bs, bs->labels[i], GpuivfTidToId(&id_tid), code);
     }
     GpuivfWriterPause(&bs->vecw);
     bs->encoded += bs->batch_n;
@@ -401,16 +526,98 @@ EncodeCallback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
         FlushBatch(bs);
 }
 
+/* Where WriteLists is: the chain being written and its list. */
+typedef struct ListWriter
+{
+    GpuivfPageWriter pw;
+    GpuivfListEntry *entry;
+    Size        esize;
+    int         cur;            /* list of the chain being written, or -1 */
+    int64       written;
+} ListWriter;
+
+/* Append one entry; entries come in (list, id) order. */
+static void
+ListWriterAdd(ListWriter *w, GpuivfListDirEntry *dir, int list, uint64 id, const uint8 *code,
+              int code_size)
+{
+    if (list != w->cur)
+    {
+        if (w->cur >= 0)
+            dir[w->cur].tail = dir[w->cur].insert_page = w->pw.blkno;
+        GpuivfWriterNewChain(&w->pw);
+        w->cur = list;
+    }
+    GpuivfIdToTid(id, &w->entry->tid);
+    memcpy(w->entry->code, code, code_size);
+    GpuivfWriterAdd(&w->pw, w->entry, w->esize, NULL);
+    if (dir[list].head == InvalidBlockNumber)
+        dir[list].head = w->pw.chain_head;
+    dir[list].count++;
+    if (++w->written % 4096 == 0)
+        CHECK_FOR_INTERRUPTS();
+}
+
+/* qsort_arg comparator: entry positions by id. */
+static int
+CompareEntryIds(const void *a, const void *b, void *arg)
+{
+    const uint64 *ids = (const uint64 *) arg;
+    uint64      x = ids[*(const int64 *) a];
+    uint64      y = ids[*(const int64 *) b];
+
+    return x < y ? -1 : (x > y ? 1 : 0);
+}
+
+/* The in-memory entries in (list, id) order: a counting sort on the list
+ * (stable, so each list keeps scan order, which is id order unless a
+ * synchronized scan started mid-table; then that list is sorted). */
+static int64 *
+OrderMemEntries(GpuivfBuildState *bs)
+{
+    int64      *start = (int64 *) palloc0(sizeof(int64) * (bs->lists + 1));
+    int64      *order = (int64 *) palloc_extended(sizeof(int64) * Max(bs->mem_n, (int64) 1),
+                                                  MCXT_ALLOC_HUGE);
+
+    for (int64 i = 0; i < bs->mem_n; i++)
+    {
+        int32       l = bs->mem_lists[i];
+
+        if (l < 0 || l >= bs->lists)
+            elog(ERROR, "gpuivf build encoded an entry into list %d of %d", l, bs->lists);
+        start[l + 1]++;
+    }
+    for (int l = 0; l < bs->lists; l++)
+        start[l + 1] += start[l];
+    {
+        int64      *next = (int64 *) palloc(sizeof(int64) * bs->lists);
+
+        memcpy(next, start, sizeof(int64) * bs->lists);
+        for (int64 i = 0; i < bs->mem_n; i++)
+            order[next[bs->mem_lists[i]]++] = i;
+        pfree(next);
+    }
+    for (int l = 0; l < bs->lists; l++)
+    {
+        for (int64 i = start[l] + 1; i < start[l + 1]; i++)
+        {
+            if (bs->mem_ids[order[i]] < bs->mem_ids[order[i - 1]])
+            {
+                qsort_arg(order + start[l], start[l + 1] - start[l], sizeof(int64),
+                          CompareEntryIds, bs->mem_ids);
+                break;
+            }
+        }
+    }
+    pfree(start);
+    return order;
+}
+
 /* Write every list as one chain, in list order; fills dir[lists]. */
 static void
 WriteLists(GpuivfBuildState *bs, GpuivfListDirEntry *dir)
 {
-    Size        esize = GPUIVF_LIST_ENTRY_SIZE(bs->code_size);
-    GpuivfListEntry *entry = (GpuivfListEntry *) palloc0(esize);
-    TupleTableSlot *slot = MakeSingleTupleTableSlot(bs->sortdesc, &TTSOpsMinimalTuple);
-    GpuivfPageWriter lw;
-    int         cur = -1;
-    int64       written = 0;
+    ListWriter  w;
 
     pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, GPUIVF_PHASE_WRITE);
     for (int l = 0; l < bs->lists; l++)
@@ -418,40 +625,48 @@ WriteLists(GpuivfBuildState *bs, GpuivfListDirEntry *dir)
         dir[l].head = dir[l].tail = dir[l].insert_page = InvalidBlockNumber;
         dir[l].count = 0;
     }
-    tuplesort_performsort(bs->sort);
-    GpuivfWriterInit(&lw, bs->index, bs->forknum, GPUIVF_PAGE_LIST, true);
-    while (tuplesort_gettupleslot(bs->sort, true, false, slot, NULL))
+    w.esize = GPUIVF_LIST_ENTRY_SIZE(bs->code_size);
+    w.entry = (GpuivfListEntry *) palloc0(w.esize);
+    w.cur = -1;
+    w.written = 0;
+    GpuivfWriterInit(&w.pw, bs->index, bs->forknum, GPUIVF_PAGE_LIST, true);
+    if (bs->mem_entries)
     {
-        bool        isnull;
-        int         list = DatumGetInt32(slot_getattr(slot, 1, &isnull));
-        uint64      id = (uint64) DatumGetInt64(slot_getattr(slot, 2, &isnull));
-        bytea      *code = DatumGetByteaPP(slot_getattr(slot, 3, &isnull));
+        int64      *order = OrderMemEntries(bs);
 
-        if (list < 0 || list >= bs->lists || VARSIZE_ANY_EXHDR(code) != (Size) bs->code_size)
-            elog(ERROR, "gpuivf build sorted an invalid entry");
-        if (list != cur)
+        for (int64 i = 0; i < bs->mem_n; i++)
         {
-            if (cur >= 0)
-                dir[cur].tail = dir[cur].insert_page = lw.blkno;
-            GpuivfWriterNewChain(&lw);
-            cur = list;
+            int64       e = order[i];
+
+            ListWriterAdd(&w, dir, bs->mem_lists[e], bs->mem_ids[e],
+                          bs->mem_codes + (Size) e * bs->code_size, bs->code_size);
         }
-        GpuivfIdToTid(id, &entry->tid);
-        memcpy(entry->code, VARDATA_ANY(code), bs->code_size);
-        GpuivfWriterAdd(&lw, entry, esize, NULL);
-        if (dir[cur].head == InvalidBlockNumber)
-            dir[cur].head = lw.chain_head;
-        dir[cur].count++;
-        if (++written % 4096 == 0)
-            CHECK_FOR_INTERRUPTS();
+        pfree(order);
     }
-    if (cur >= 0)
-        dir[cur].tail = dir[cur].insert_page = lw.blkno;
-    GpuivfWriterPause(&lw);
-    ExecDropSingleTupleTableSlot(slot);
-    tuplesort_end(bs->sort);
-    bs->sort = NULL;
-    pfree(entry);
+    else
+    {
+        TupleTableSlot *slot = MakeSingleTupleTableSlot(bs->sortdesc, &TTSOpsMinimalTuple);
+
+        tuplesort_performsort(bs->sort);
+        while (tuplesort_gettupleslot(bs->sort, true, false, slot, NULL))
+        {
+            bool        isnull;
+            int         list = DatumGetInt32(slot_getattr(slot, 1, &isnull));
+            uint64      id = (uint64) DatumGetInt64(slot_getattr(slot, 2, &isnull));
+            bytea      *code = DatumGetByteaPP(slot_getattr(slot, 3, &isnull));
+
+            if (list < 0 || list >= bs->lists || VARSIZE_ANY_EXHDR(code) != (Size) bs->code_size)
+                elog(ERROR, "gpuivf build sorted an invalid entry");
+            ListWriterAdd(&w, dir, list, id, (const uint8 *) VARDATA_ANY(code), bs->code_size);
+        }
+        ExecDropSingleTupleTableSlot(slot);
+        tuplesort_end(bs->sort);
+        bs->sort = NULL;
+    }
+    if (w.cur >= 0)
+        dir[w.cur].tail = dir[w.cur].insert_page = w.pw.blkno;
+    GpuivfWriterPause(&w.pw);
+    pfree(w.entry);
 }
 
 /* ------------------------------------------------------------ the build */
@@ -484,6 +699,7 @@ BuildTrained(GpuivfBuildState *bs, IndexInfo *indexInfo, double *reltuples)
 
     ResolveModelShape(bs);
     TrainModel(bs);
+    bs->t_train = PhaseSeconds(bs);
 
     FillUntrainedMeta(bs->index, bs->opts, &meta);
     meta.flags |= GPUIVF_META_TRAINED;
@@ -508,7 +724,10 @@ BuildTrained(GpuivfBuildState *bs, IndexInfo *indexInfo, double *reltuples)
     *reltuples = table_index_build_scan(bs->heap, bs->index, indexInfo, true, true,
                                         EncodeCallback, (void *) bs, NULL);
     FlushBatch(bs);
+    GpuivfWorkerEncodeEnd(bs->encode_job);
+    bs->encode_job = NULL;
     meta.vector_insert_page = bs->vecw.blkno;
+    bs->t_encode = PhaseSeconds(bs);
 
     dir = (GpuivfListDirEntry *) palloc_extended((Size) bs->lists * sizeof(GpuivfListDirEntry),
                                                  MCXT_ALLOC_HUGE);
@@ -518,6 +737,7 @@ BuildTrained(GpuivfBuildState *bs, IndexInfo *indexInfo, double *reltuples)
                         &meta.directory_pages);
     meta.vectors = (uint64) bs->encoded;
     GpuivfBuildPutMeta(bs->index, bs->forknum, &meta);
+    bs->t_lists = PhaseSeconds(bs);
 }
 
 /* The heap has no vector: an untrained index that REINDEX will train. */
@@ -563,6 +783,7 @@ gpuivfbuild(Relation heap, Relation index, IndexInfo *indexInfo)
     bs->opts = GpuivfGetOptions(index);
     bs->rowctx = AllocSetContextCreate(buildctx, "gpuivf build row", ALLOCSET_DEFAULT_SIZES);
     pg_prng_seed(&bs->prng, GPUIVF_SAMPLE_SEED);
+    INSTR_TIME_SET_CURRENT(bs->phase_start);
 
     /* the metapage must be block 0; it is rewritten at the end */
     FillUntrainedMeta(index, bs->opts, &placeholder);
@@ -575,6 +796,7 @@ gpuivfbuild(Relation heap, Relation index, IndexInfo *indexInfo)
                             (int64) GPUIVF_SAMPLE_PER_LIST * lists_guess);
     reltuples = table_index_build_scan(heap, index, indexInfo, true, true, SampleCallback,
                                        (void *) bs, NULL);
+    bs->t_sample = PhaseSeconds(bs);
 
     if (bs->rows == 0)
         BuildUntrained(bs);
@@ -582,9 +804,17 @@ gpuivfbuild(Relation heap, Relation index, IndexInfo *indexInfo)
         BuildTrained(bs, indexInfo, &reltuples);
 
     GpuivfBuildLogPages(index, bs->forknum);
+    bs->t_wal = PhaseSeconds(bs);
     /* a fresh index is tuned before its first ANALYZE */
     if (bs->rows > 0)
         GpuivfCalibrate(index, heap);
+    bs->t_calibrate = PhaseSeconds(bs);
+    elog(DEBUG1, "gpuivf build of \"%s\": %lld rows; sample scan %.3f s, training %.3f s, "
+         "encoding scan %.3f s (engine %.3f s on the %s), lists %.3f s (entries sorted %s), "
+         "WAL %.3f s, calibration %.3f s",
+         RelationGetRelationName(index), (long long) bs->rows, bs->t_sample, bs->t_train,
+         bs->t_encode, bs->t_engine, bs->engine_on_gpu ? "GPU" : "CPU", bs->t_lists,
+         bs->mem_entries ? "in memory" : "by a tuplesort", bs->t_wal, bs->t_calibrate);
     result->heap_tuples = reltuples;
     result->index_tuples = (double) (bs->rows == 0 ? 0 : bs->encoded);
 

@@ -12,7 +12,9 @@
 #   3. recall@10 against exact results;
 #   4. a committed insert is found by the next query on the GPU;
 #   5. QPS and p50/p99 latency for 1/16/64 pgbench clients, device=gpu vs cpu,
-#      with the mean batch size and the GPU's busy fraction;
+#      with the mean batch size and the GPU's busy fraction, and PostgreSQL
+#      alone (the same statement shape returning ten rows by TID) as the
+#      per-statement ceiling;
 #   6. kill -9 of the worker: clear errors, the cluster restarts, GPU answers.
 # With SHARDS=n (n >= 2, needs n GPUs: gpuivf.devices lists them, or all
 # visible are used) also a sharded run (README.md, "Sharding"):
@@ -22,6 +24,9 @@
 #   5.  a "gpushard" pgbench row (device=gpu, shards=n).
 # DEVICES=0,1 sets gpuivf.devices (e.g. a local dry run with the stand-in:
 #   GPUIVF_LOCAL=1 GPUIVF_FAKE_DEVICES=2 DEVICES=0,1 SHARDS=2 ENGINE=... ).
+# BUILD_ONLY=1 stops after the two CREATE INDEX (their phase timings, from the
+# build's DEBUG1 line, are printed either way); SKIP_CPU_BUILD=1 (with
+# BUILD_ONLY) leaves out the CPU one.
 # It prints a summary table last and leaves logs in $OUT.
 #
 # On the device (from the repo root):  bash test/gpu/run_device.sh .device-worker
@@ -112,15 +117,26 @@ sql "CREATE TABLE items (id bigint, v real[]);
 # ------------------------------------------------------------ 1. builds
 wstat() { sql "SELECT queries || ' ' || batches || ' ' || gpu_time_ms || ' ' || builds || ' ' || cpu_fallbacks || ' ' || errors || ' ' || exact_knn FROM gpuivf_stat WHERE worker = 0"; }
 t0=$(date +%s.%N)
-sql "SET gpuivf.device = cpu; CREATE INDEX items_cpu ON items USING gpuivf (v) WITH (lists = $LISTS);" || exit 1
+if [ -z "${SKIP_CPU_BUILD:-}" ]; then
+	sql "SET gpuivf.device = cpu; SET client_min_messages = debug1; CREATE INDEX items_cpu ON items USING gpuivf (v) WITH (lists = $LISTS);" 2> "$W/build_cpu.log" || { cat "$W/build_cpu.log"; exit 1; }
+fi
 t1=$(date +%s.%N)
 b0=$(wstat | awk '{print $4}')
-sql "SET gpuivf.device = gpu; CREATE INDEX items_gpu ON items USING gpuivf (v) WITH (lists = $LISTS);" || exit 1
+sql "SET gpuivf.device = gpu; SET client_min_messages = debug1; CREATE INDEX items_gpu ON items USING gpuivf (v) WITH (lists = $LISTS);" 2> "$W/build_gpu.log" || { cat "$W/build_gpu.log"; exit 1; }
 t2=$(date +%s.%N)
 b1=$(wstat | awk '{print $4}')
 BUILD_CPU=$(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }")
 BUILD_GPU=$(awk "BEGIN { printf \"%.2f\", $t2 - $t1 }")
 say "CREATE INDEX: cpu ${BUILD_CPU}s, gpu ${BUILD_GPU}s (worker build requests: $((b1 - b0)))"
+# where the time went (the build's DEBUG1 summary line)
+PHASES_CPU=$(grep -ho 'gpuivf build of .*' "$W/build_cpu.log" 2>/dev/null | sed 's/^gpuivf build of "[^"]*": //')
+PHASES_GPU=$(grep -ho 'gpuivf build of .*' "$W/build_gpu.log" | sed 's/^gpuivf build of "[^"]*": //')
+say "  cpu phases: ${PHASES_CPU:-not run}"
+say "  gpu phases: $PHASES_GPU"
+if [ -n "${BUILD_ONLY:-}" ]; then
+	as_pg "pg_ctl -D $W/data -m fast stop >/dev/null"
+	exit 0
+fi
 VERIFY=$(sql "SELECT gpuivf_verify('items_cpu', true); SELECT gpuivf_verify('items_gpu', true); SELECT 'ok'" 2>&1 | tail -1)
 say "gpuivf_verify(heapallindexed) of both: $VERIFY"
 
@@ -249,6 +265,24 @@ for dev in gpu cpu ${SHARDS:+gpushard}; do
 	done
 done
 
+# PostgreSQL alone: the same statement shape (the query vector fetched by its
+# id, ten rows of items returned) with the ten rows found by their TIDs
+# instead of by the kNN search: the per-statement ceiling the GPU rows are
+# compared with.
+TIDS=$(sql "SELECT string_agg('\"' || ctid::text || '\"', ',') FROM (SELECT ctid FROM items LIMIT 10) s")
+printf '%s\n' "\\set q random(0, $((NQ - 1)))" \
+	"SELECT id FROM items WHERE ctid = ANY ('{$TIDS}'::tid[]) AND (SELECT v FROM queries WHERE qid = :q) IS NOT NULL;" \
+	> "$W/pgonly.sql"
+chown "$PGUSER_OS" "$W/pgonly.sql"
+for c in 1 16 64; do
+	j=$((c < 16 ? c : 16))
+	rm -f "$W"/pgb_*
+	as_pg "pgbench -n -M prepared -c $c -j $j -T $BENCH_S -l --log-prefix=$W/pgb_pgonly_$c -f $W/pgonly.sql postgres" > "$W/pgbench_pgonly_$c.log" 2>&1
+	tps=$(grep -E '^tps' "$W/pgbench_pgonly_$c.log" | head -1 | awk '{print $3}')
+	lat=$($PY "$W/gpuivf_device.py" latency "$W/pgb_pgonly_$c")
+	echo "pgonly $c $tps $lat (ten rows by TID, no kNN)" | tee -a "$W/bench.txt"
+done
+
 # every worker's share of the work so far (replication over several GPUs:
 # each worker keeps its own copy of the index and takes requests from the
 # one queue)
@@ -282,6 +316,8 @@ echo
 echo "================================ gpuivf GPU worker: summary ================================"
 echo "data                 $ROWS x $DIMS clustered, lists $LISTS, nprobe $PROBES, $NQ queries"
 echo "CREATE INDEX         cpu ${BUILD_CPU}s   gpu ${BUILD_GPU}s   verify: $VERIFY"
+echo "  phases cpu         ${PHASES_CPU:-not run}"
+echo "  phases gpu         $PHASES_GPU"
 echo "GPU- vs CPU-built    $BUILD_AGREE"
 echo "GPU vs CPU answers   $GPU_CPU"
 echo "ANALYZE calibration  gpu ${CAL_GPU}s (exact_knn requests $((x1 - x0)))   cpu ${CAL_CPU}s   same curve: $CAL_SAME"
