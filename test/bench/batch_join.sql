@@ -106,43 +106,12 @@ SELECT gpuivf_index_info('bj_items_v') - 'calibration' AS index_info;
 \set digest 'SELECT md5(string_agg(q.qid || \':\' || n.id || \':\' || n.dist, \',\')) AS digest, count(*) AS rows '
 
 \if :gpu
-\echo == device gpu, batching on
-SET gpuivf.device = gpu;
-SET gpuivf.enable_batch_join = on;
-EXPLAIN (ANALYZE, COSTS OFF) SELECT count(*) :join;
-\timing on
-SELECT count(*) AS rows_batched :join;
-SELECT count(*) AS rows_batched :join;
-\timing off
-:digest :join \gset gpu_on_
-\echo == device gpu, batching off
-SET gpuivf.enable_batch_join = off;
-\timing on
-SELECT count(*) AS rows_nested_loop :join;
-SELECT count(*) AS rows_nested_loop :join;
-\timing off
-:digest :join \gset gpu_off_
-SELECT :'gpu_on_digest' = :'gpu_off_digest' AS gpu_batched_equals_nested_loop;
+\set dev gpu
+\ir batch_join_device.sql
 \endif
-
 \if :cpu
-\echo == device cpu, batching on
-SET gpuivf.device = cpu;
-SET gpuivf.enable_batch_join = on;
-EXPLAIN (ANALYZE, COSTS OFF) SELECT count(*) :join;
-\timing on
-SELECT count(*) AS rows_batched :join;
-SELECT count(*) AS rows_batched :join;
-\timing off
-:digest :join \gset cpu_on_
-\echo == device cpu, batching off
-SET gpuivf.enable_batch_join = off;
-\timing on
-SELECT count(*) AS rows_nested_loop :join;
-SELECT count(*) AS rows_nested_loop :join;
-\timing off
-:digest :join \gset cpu_off_
-SELECT :'cpu_on_digest' = :'cpu_off_digest' AS cpu_batched_equals_nested_loop;
+\set dev cpu
+\ir batch_join_device.sql
 \endif
 RESET gpuivf.device;
 RESET gpuivf.enable_batch_join;
