@@ -245,23 +245,28 @@ SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE qid = :q) LIMIT
 EOF
 chown "$PGUSER_OS" "$W/knn.sql"
 : > "$W/bench.txt"
+# One pgbench run of BENCH_S seconds: pgbench_run LABEL CLIENTS SCRIPT
+# [PGOPTIONS]; sets TPS, LAT (p50/p99/mean from the transaction log) and FAIL.
+pgbench_run() {
+	local label=$1 c=$2 script=$3 opts=${4:-} j=$(($2 < 16 ? $2 : 16))
+	rm -f "$W"/pgb_*
+	as_pg "PGOPTIONS='$opts' pgbench -n -M prepared -c $c -j $j -T $BENCH_S -l --log-prefix=$W/pgb_${label}_$c -f $script postgres" > "$W/pgbench_${label}_$c.log" 2>&1
+	TPS=$(grep -E '^tps' "$W/pgbench_${label}_$c.log" | head -1 | awk '{print $3}')
+	FAIL=$(grep -E 'number of failed|aborted' "$W/pgbench_${label}_$c.log" | head -1)
+	LAT=$($PY "$W/gpuivf_device.py" latency "$W/pgb_${label}_$c")
+}
 for dev in gpu cpu ${SHARDS:+gpushard}; do
 	for c in 1 16 64; do
-		j=$((c < 16 ? c : 16))
-		s0=$(wstat)
-		rm -f "$W"/pgb_*
 		opts="-c gpuivf.device=$dev"
 		[ "$dev" = gpushard ] && opts="-c gpuivf.device=gpu -c gpuivf.shards=$SHARDS"
-		as_pg "PGOPTIONS='$opts -c gpuivf.probes=$PROBES' pgbench -n -M prepared -c $c -j $j -T $BENCH_S -l --log-prefix=$W/pgb_${dev}_$c -f $W/knn.sql postgres" > "$W/pgbench_${dev}_$c.log" 2>&1
+		s0=$(wstat)
+		pgbench_run "$dev" "$c" "$W/knn.sql" "$opts -c gpuivf.probes=$PROBES"
 		s1=$(wstat)
-		tps=$(grep -E '^tps' "$W/pgbench_${dev}_$c.log" | head -1 | awk '{print $3}')
-		fail=$(grep -E 'number of failed|aborted' "$W/pgbench_${dev}_$c.log" | head -1)
-		lat=$($PY "$W/gpuivf_device.py" latency "$W/pgb_${dev}_$c")
 		read -r q0 bt0 g0 _ <<< "$s0"
 		read -r q1 bt1 g1 _ <<< "$s1"
 		mb=$(echo "$q1 $q0 $bt1 $bt0" | awk '{ if ($3 > $4) printf "%.2f", ($1 - $2) / ($3 - $4); else print "-" }')
 		busy=$(echo "$g1 $g0 $BENCH_S" | awk '{ printf "%.1f%%", 100 * ($1 - $2) / ($3 * 1000) }')
-		echo "$dev $c $tps $lat batch=$mb gpu_busy=$busy $fail" | tee -a "$W/bench.txt"
+		echo "$dev $c $TPS $LAT batch=$mb gpu_busy=$busy $FAIL" | tee -a "$W/bench.txt"
 	done
 done
 
@@ -275,12 +280,8 @@ printf '%s\n' "\\set q random(0, $((NQ - 1)))" \
 	> "$W/pgonly.sql"
 chown "$PGUSER_OS" "$W/pgonly.sql"
 for c in 1 16 64; do
-	j=$((c < 16 ? c : 16))
-	rm -f "$W"/pgb_*
-	as_pg "pgbench -n -M prepared -c $c -j $j -T $BENCH_S -l --log-prefix=$W/pgb_pgonly_$c -f $W/pgonly.sql postgres" > "$W/pgbench_pgonly_$c.log" 2>&1
-	tps=$(grep -E '^tps' "$W/pgbench_pgonly_$c.log" | head -1 | awk '{print $3}')
-	lat=$($PY "$W/gpuivf_device.py" latency "$W/pgb_pgonly_$c")
-	echo "pgonly $c $tps $lat (ten rows by TID, no kNN)" | tee -a "$W/bench.txt"
+	pgbench_run pgonly "$c" "$W/pgonly.sql"
+	echo "pgonly $c $TPS $LAT (ten rows by TID, no kNN)" | tee -a "$W/bench.txt"
 done
 
 # every worker's share of the work so far (replication over several GPUs:
