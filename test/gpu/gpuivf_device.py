@@ -3,7 +3,7 @@
 
   gen OUTDIR ROWS DIMS NQ     clustered vectors as PostgreSQL binary COPY files:
                               OUTDIR/base.bin (id bigint, v real[]),
-                              OUTDIR/queries.bin (qid int, v real[])
+                              OUTDIR/queries.bin (qid bigint, v real[])
   compare A B                 two files of "qid|{ids}|{distances}" lines: how many
                               queries have identical ids (in order), identical id
                               sets, and the max distance difference
@@ -53,7 +53,7 @@ def gen(outdir, n, d, nq):
     base = centers[rng.integers(0, k, size=n)] + rng.normal(0.0, scale, size=(n, d)).astype(np.float32)
     qs = centers[rng.integers(0, k, size=nq)] + rng.normal(0.0, scale, size=(nq, d)).astype(np.float32)
     copy_binary(outdir + '/base.bin', np.arange(n, dtype=np.int64), base.astype(np.float32), 'int8')
-    copy_binary(outdir + '/queries.bin', np.arange(nq, dtype=np.int32), qs.astype(np.float32), 'int4')
+    copy_binary(outdir + '/queries.bin', np.arange(nq, dtype=np.int64), qs.astype(np.float32), 'int8')
 
 
 def read_results(path):
