@@ -13,9 +13,10 @@
  * Writes results.json and the IVF-PQ model/codes/queries/ground truth (for the
  * PyTorch baseline, torch_baseline.py) into the output directory.
  *
- * usage: gpuivf_bench [--out DIR] [--quick] [--select-only | --ivfpq-only]
+ * usage: gpuivf_bench [--out DIR] [--quick] [--select-only | --ivfpq-only | --worker-only]
  */
 #include <cublas_v2.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -224,12 +225,13 @@ void dump(const std::string &path, const T *dev_or_host, size_t count, bool devi
 
 int main(int argc, char **argv) {
     std::string out = ".";
-    bool quick = false, select_only = false, ivfpq_only = false;
+    bool quick = false, select_only = false, ivfpq_only = false, worker_only = false;
     for (int i = 1; i < argc; i++) {
         if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         if (!std::strcmp(argv[i], "--quick")) quick = true;
         if (!std::strcmp(argv[i], "--select-only")) select_only = true;
         if (!std::strcmp(argv[i], "--ivfpq-only")) ivfpq_only = true; /* for profilers */
+        if (!std::strcmp(argv[i], "--worker-only")) ivfpq_only = worker_only = true;
     }
     int32_t ndev = 0;
     CHECK_GPU(gpuivf_cuda_device_count(&ndev));
@@ -412,6 +414,7 @@ int main(int argc, char **argv) {
                         {"ivfpq_rerank40", 40, GPUIVF_CUDA_LUT_AUTO, nq},
                         {"ivfpq_batch100", 0, GPUIVF_CUDA_LUT_AUTO, 100}};
         for (const Variant &v : variants) {
+            if (worker_only) break;
             gpuivf_cuda_search_params sp{k, nprobe, v.rerank, v.lut, nullptr, nullptr};
             const double ms = median_ms(reps, [&] {
                 CHECK_GPU(gpuivf_cuda_index_search(res, ix, q, v.batch, &sp, dist, rid));
@@ -419,6 +422,38 @@ int main(int argc, char **argv) {
             R.add(std::string(v.name) + "_ms", ms);
             R.add(std::string(v.name) + "_QPS", v.batch / ms * 1000.0);
             if (v.batch == nq) R.add(std::string(v.name) + "_recall10", recall());
+        }
+
+        /* The GPU worker's calls: host arrays in and out, per-query k and
+         * nprobe, 40 candidates re-ranked, small batches (the batch is what
+         * the worker drained from the queue).  Latency per call in µs. */
+        {
+            const int64_t bmax = std::min<int64_t>(nq, 256);
+            std::vector<float> hq(static_cast<size_t>(bmax) * d);
+            CHECK_CUDA(cudaMemcpy(hq.data(), q, sizeof(float) * hq.size(), cudaMemcpyDeviceToHost));
+            std::vector<int32_t> hk(bmax, k), hnp(bmax, nprobe);
+            std::vector<double> hd(static_cast<size_t>(bmax) * k);
+            std::vector<uint64_t> hi(static_cast<size_t>(bmax) * k);
+            for (int lut : {GPUIVF_CUDA_LUT_PER_LIST, GPUIVF_CUDA_LUT_AUTO}) {
+                for (int64_t b : {1, 8, 32, 64, 128, 256}) {
+                    if (b > bmax) continue;
+                    gpuivf_cuda_search_params sp{k, nprobe, 40, lut, hk.data(), hnp.data()};
+                    const double ms = median_ms(quick ? 5 : 31, [&] {
+                        CHECK_GPU(gpuivf_cuda_index_search(res, ix, hq.data(), b, &sp, hd.data(), hi.data()));
+                    });
+                    /* GPUIVF_BENCH_PROFILE_B=32: one more call inside a
+                     * profiler range (ncu --profile-from-start off) */
+                    const char *pb = std::getenv("GPUIVF_BENCH_PROFILE_B");
+                    if (pb && std::atoll(pb) == b) {
+                        CHECK_CUDA(cudaProfilerStart());
+                        CHECK_GPU(gpuivf_cuda_index_search(res, ix, hq.data(), b, &sp, hd.data(), hi.data()));
+                        CHECK_CUDA(cudaProfilerStop());
+                    }
+                    R.add(std::string("worker_") + (lut == GPUIVF_CUDA_LUT_PER_LIST ? "perlist" : "auto") + "_b" +
+                              std::to_string(b) + "_us",
+                          ms * 1000.0);
+                }
+            }
         }
 
         /* Where the search time goes: the coarse quantizer alone. */

@@ -493,13 +493,13 @@ gpuivf_cuda_status gpuivf_cuda_index_search(gpuivf_cuda_resources *res, gpuivf_c
     sp.lut_mode = p.lut_mode;
     if (p.query_k) {
         qk.resize(static_cast<size_t>(nq));
-        copy_to_host_sync(r, qk.data(), p.query_k, nq);
+        copy_in_host(r, qk.data(), p.query_k, nq);
         for (int32_t v : qk) GPUIVF_REQUIRE(v >= 1 && v <= p.k, "per-query k %d is out of range 1..%d", v, p.k);
         sp.query_k = qk.data();
     }
     if (p.query_nprobe) {
         qnp.resize(static_cast<size_t>(nq));
-        copy_to_host_sync(r, qnp.data(), p.query_nprobe, nq);
+        copy_in_host(r, qnp.data(), p.query_nprobe, nq);
         for (int32_t v : qnp)
             GPUIVF_REQUIRE(v >= 1 && v <= p.nprobe, "per-query nprobe %d is out of range 1..%d", v, p.nprobe);
         sp.query_nprobe = qnp.data();

@@ -194,17 +194,45 @@ __device__ __forceinline__ float core_lane_sum(float acc) {
 }
 
 /* Lane l's partial sums of |a-b|^2 over elements l, l+16, ... */
+/* Four elements' loads are issued before their adds (the adds stay in
+ * order): the loop is latency-bound otherwise, one memory round trip per
+ * 16 elements. */
 __device__ __forceinline__ float core_l2_partial(const float *a, const float *b, int d, int l) {
     float acc = 0.0f;
-    for (int i = l; i < d; i += kCoreLanes) {
-        float diff = __fsub_rn(a[i], b[i]);
+    int i = l;
+    for (; i + 3 * kCoreLanes < d; i += 4 * kCoreLanes) {
+        float x[4], y[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            x[u] = a[i + u * kCoreLanes];
+            y[u] = b[i + u * kCoreLanes];
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const float diff = __fsub_rn(x[u], y[u]);
+            acc = __fadd_rn(acc, __fmul_rn(diff, diff));
+        }
+    }
+    for (; i < d; i += kCoreLanes) {
+        const float diff = __fsub_rn(a[i], b[i]);
         acc = __fadd_rn(acc, __fmul_rn(diff, diff));
     }
     return acc;
 }
 __device__ __forceinline__ float core_dot_partial(const float *a, const float *b, int d, int l) {
     float acc = 0.0f;
-    for (int i = l; i < d; i += kCoreLanes) acc = __fadd_rn(acc, __fmul_rn(a[i], b[i]));
+    int i = l;
+    for (; i + 3 * kCoreLanes < d; i += 4 * kCoreLanes) {
+        float x[4], y[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            x[u] = a[i + u * kCoreLanes];
+            y[u] = b[i + u * kCoreLanes];
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) acc = __fadd_rn(acc, __fmul_rn(x[u], y[u]));
+    }
+    for (; i < d; i += kCoreLanes) acc = __fadd_rn(acc, __fmul_rn(a[i], b[i]));
     return acc;
 }
 

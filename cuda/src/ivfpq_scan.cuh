@@ -158,6 +158,50 @@ __device__ __forceinline__ void build_query_lut(const IvfPqScanArgs &a, const fl
     }
 }
 
+/* The CPU's table of one list, |r_j - cw|^2 with r = q - c (rs, in shared
+ * memory).  For 8-bit codes of 2, 4 or 8 dimensions per sub-quantizer the
+ * codewords are read as whole vectors and four entries' loads are in flight
+ * at once (the generic loop waits for one load at a time); the sums are
+ * core_table_entry's, in the same order. */
+template <int DSUB, int kThreads>
+__device__ __forceinline__ void build_list_lut(const IvfPqScanArgs &a, const float *rs, float *lut) {
+    const int total = a.m * a.ksub;
+    if constexpr (DSUB == 0) {
+        for (int i = threadIdx.x; i < total; i += kThreads) {
+            const int j = i / a.ksub;
+            lut[i] = core_table_entry(rs + j * a.dsub, a.codebook + static_cast<int64_t>(i) * a.dsub, a.dsub, false);
+        }
+    } else {
+#pragma unroll 4
+        for (int i = threadIdx.x; i < total; i += kThreads) {
+            const float *r = rs + (i >> 8) * DSUB;
+            const float *cwp = a.codebook + static_cast<int64_t>(i) * DSUB;
+            float cw[DSUB];
+            if constexpr (DSUB == 2) {
+                const float2 v = __ldg(reinterpret_cast<const float2 *>(cwp));
+                cw[0] = v.x;
+                cw[1] = v.y;
+            } else {
+#pragma unroll
+                for (int h = 0; h < DSUB / 4; ++h) {
+                    const float4 v = __ldg(reinterpret_cast<const float4 *>(cwp) + h);
+                    cw[4 * h + 0] = v.x;
+                    cw[4 * h + 1] = v.y;
+                    cw[4 * h + 2] = v.z;
+                    cw[4 * h + 3] = v.w;
+                }
+            }
+            float sum = 0.0f;
+#pragma unroll
+            for (int t = 0; t < DSUB; ++t) {
+                const float diff = __fsub_rn(r[t], cw[t]);
+                sum = __fadd_rn(sum, __fmul_rn(diff, diff));
+            }
+            lut[i] = sum;
+        }
+    }
+}
+
 /* Blocks per multiprocessor the register budget is sized for: small queues
  * leave room for more resident warps (latency hiding for the code loads). */
 template <int W>
@@ -240,11 +284,14 @@ __global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_
             const float *c = a.centroids + static_cast<int64_t>(list) * a.d;
             for (int t = threadIdx.x; t < a.d; t += kThreads) rs[t] = __fsub_rn(qs[t], c[t]);
             __syncthreads();
-            const int total = a.m * a.ksub;
-            for (int i = threadIdx.x; i < total; i += kThreads) {
-                const int j = i / a.ksub;
-                lut[i] = core_table_entry(rs + j * a.dsub, a.codebook + static_cast<int64_t>(i) * a.dsub, a.dsub, false);
-            }
+            if (a.ksub == 256 && a.dsub == 4)
+                build_list_lut<4, kThreads>(a, rs, lut);
+            else if (a.ksub == 256 && a.dsub == 2)
+                build_list_lut<2, kThreads>(a, rs, lut);
+            else if (a.ksub == 256 && a.dsub == 8)
+                build_list_lut<8, kThreads>(a, rs, lut);
+            else
+                build_list_lut<0, kThreads>(a, rs, lut);
             __syncthreads();
         }
         const int g0 = pstart[seg], g1 = pstart[seg_end];

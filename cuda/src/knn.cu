@@ -83,6 +83,117 @@ __global__ void fill_padding_kernel(int64_t count, float *scores, uint64_t *ids)
     ids[t] = UINT64_MAX;
 }
 
+/*
+ * Small batches against a small base (the coarse quantizer of a search the
+ * GPU worker drained from its queue): every (query, base row) score exactly
+ * with the CPU's arithmetic (what the re-score does with the shortlist:
+ * lane l of a half-warp sums elements l, l+16, ... in order, then the lanes
+ * pairwise), then one block per query sorts the (score, index) keys in
+ * shared memory.  Two launches instead of augment + GEMM + select +
+ * re-score, whose fixed latencies dominate at a few dozen queries; the keys
+ * are the exact top k, which the shortlist path also returns unless fp32
+ * GEMM error moved a true neighbour past k + max(k, 16) places.
+ */
+constexpr int kSmallThreads = 256;
+constexpr int kSmallRowsPerHalf = 4; /* base rows in flight per half-warp */
+constexpr int kSmallRowsPerBlock = kSmallThreads / kCoreLanes * kSmallRowsPerHalf;
+
+__global__ void __launch_bounds__(kSmallThreads) knn_small_score_kernel(const float *base, int n,
+                                                                       const float *queries, int d, int ip,
+                                                                       Key *keys) {
+    const int64_t row = blockIdx.y;
+    const int half = threadIdx.x / kCoreLanes;
+    const int l = threadIdx.x & (kCoreLanes - 1);
+    const int c0 = blockIdx.x * kSmallRowsPerBlock + half * kSmallRowsPerHalf;
+    const float *q = queries + row * d;
+    const float *x[kSmallRowsPerHalf];
+    float acc[kSmallRowsPerHalf];
+#pragma unroll
+    for (int g = 0; g < kSmallRowsPerHalf; ++g) {
+        x[g] = base + static_cast<int64_t>(min(c0 + g, n - 1)) * d;
+        acc[g] = 0.0f;
+    }
+    for (int i = l; i < d; i += kCoreLanes) {
+        const float qi = q[i];
+        float xi[kSmallRowsPerHalf];
+#pragma unroll
+        for (int g = 0; g < kSmallRowsPerHalf; ++g) xi[g] = x[g][i];
+#pragma unroll
+        for (int g = 0; g < kSmallRowsPerHalf; ++g) {
+            if (ip) {
+                acc[g] = __fadd_rn(acc[g], __fmul_rn(qi, xi[g]));
+            } else {
+                const float diff = __fsub_rn(qi, xi[g]);
+                acc[g] = __fadd_rn(acc[g], __fmul_rn(diff, diff));
+            }
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < kSmallRowsPerHalf; ++g) {
+        const float sum = core_lane_sum(acc[g]);
+        if (l == 0 && c0 + g < n) keys[row * n + c0 + g] = make_key(ip ? -sum : sum, static_cast<uint32_t>(c0 + g));
+    }
+}
+
+constexpr int kSortThreads = 1024;
+
+/* Compare-exchange of the bitonic sort for element i (held by this lane)
+ * and its partner i ^ stride (held by lane ^ stride): keep the smaller key
+ * where the run ascends and i is the lower index, the larger otherwise. */
+__device__ __forceinline__ Key bitonic_exchange_lanes(Key v, int i, int size, int stride) {
+    const Key other = __shfl_xor_sync(0xffffffffu, v, stride);
+    const bool keep_min = ((i & size) == 0) == ((i & stride) == 0);
+    return keep_min ? (other < v ? other : v) : (other < v ? v : other);
+}
+
+/* One block per query: sort the row's keys (a bitonic sort whose strides
+ * under 32 are register shuffles inside a warp, so only the wider strides
+ * cost a shared-memory pass and a barrier), then write the first k. */
+__global__ void __launch_bounds__(kSortThreads) knn_small_sort_kernel(const Key *scored, int n, int k, int sort_size,
+                                                                     float *out_scores, uint64_t *out_ids) {
+    extern __shared__ __align__(16) unsigned char small_smem[];
+    Key *keys = reinterpret_cast<Key *>(small_smem);
+    const int64_t row = blockIdx.x;
+    const int threads = blockDim.x; /* min(sort_size, kSortThreads) */
+    const int per = sort_size / threads;
+    for (int e = threadIdx.x; e < sort_size; e += threads) keys[e] = e < n ? scored[row * n + e] : kSentinelKey;
+    __syncthreads();
+    for (int size = 2; size <= sort_size; size <<= 1) {
+        int stride = size >> 1;
+        for (; stride >= 32; stride >>= 1) {
+            for (int i = threadIdx.x; i < sort_size; i += threads) {
+                const int j = i ^ stride;
+                if (j > i) {
+                    const Key a = keys[i], b = keys[j];
+                    if (((i & size) == 0) == (b < a)) {
+                        keys[i] = b;
+                        keys[j] = a;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+        /* the strides under 32 of this size: in registers */
+        for (int r = 0; r < per; ++r) {
+            const int i = r * threads + threadIdx.x;
+            Key v = keys[i];
+            for (int st = stride; st > 0; st >>= 1) v = bitonic_exchange_lanes(v, i, size, st);
+            keys[i] = v;
+        }
+        __syncthreads();
+    }
+    for (int e = threadIdx.x; e < k; e += threads) {
+        const Key key = e < n ? keys[e] : kSentinelKey;
+        const bool real = key_index(key) != kNoIndex;
+        out_scores[row * k + e] = real ? key_score(key) : __int_as_float(0x7f800000);
+        out_ids[row * k + e] = real ? key_index(key) : UINT64_MAX;
+    }
+}
+
+/* Largest base / batch served by knn_small_kernel. */
+constexpr int64_t kSmallMaxBase = 4096;
+constexpr int64_t kSmallMaxQueries = 512;
+
 }  // namespace
 
 int knn_shortlist(int k, int64_t n, bool exact_rescore) {
@@ -105,6 +216,21 @@ void exact_knn(Resources &res, Metric metric, const float *base, int64_t n, cons
     }
     const bool ip = metric == Metric::InnerProduct;
     const bool cosine = metric == Metric::Cosine;
+
+    if (opts.exact_rescore && !cosine && !opts.gemm_only && n <= kSmallMaxBase && nq <= kSmallMaxQueries) {
+        int sort_size = 32;
+        while (sort_size < n) sort_size *= 2;
+        TempBuffer<Key> scored(res, nq * n);
+        const dim3 grid(static_cast<unsigned>(ceil_div(n, kSmallRowsPerBlock)), static_cast<unsigned>(nq));
+        knn_small_score_kernel<<<grid, kSmallThreads, 0, res.stream>>>(base, static_cast<int>(n), queries, d, ip ? 1 : 0,
+                                                                      scored.data());
+        GPUIVF_CUDA_CHECK_LAUNCH();
+        const size_t smem = sizeof(Key) * sort_size; /* <= 32 kB: no opt-in */
+        knn_small_sort_kernel<<<static_cast<unsigned>(nq), std::min(sort_size, kSortThreads), smem, res.stream>>>(
+            scored.data(), static_cast<int>(n), k, sort_size, out_scores, out_ids);
+        GPUIVF_CUDA_CHECK_LAUNCH();
+        return;
+    }
 
     /* Cosine: prepare_vector's scale of each base row (the CPU's bits, for
      * the exact re-score). */

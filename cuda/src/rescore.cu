@@ -62,7 +62,9 @@ __global__ void __launch_bounds__(kThreads) rescore_kernel(const RescoreArgs a, 
             const bool valid = idx != kNoIndex;
             const float *x = valid ? a.vectors + static_cast<int64_t>(idx) * a.d : q;
             float p0 = 0.0f, p1 = 0.0f, p2 = 0.0f;
-            if (a.mode == RescoreMode::KnnExact) {
+            if (a.mode == RescoreMode::KnnExact && !a.vector_scale) {
+                p0 = a.metric == Metric::InnerProduct ? core_dot_partial(q, x, a.d, l) : core_l2_partial(q, x, a.d, l);
+            } else if (a.mode == RescoreMode::KnnExact) {
                 const float s = (a.vector_scale && valid) ? a.vector_scale[idx] : 1.0f;
                 for (int i = l; i < a.d; i += kCoreLanes) {
                     const float xi = a.vector_scale ? __fmul_rn(x[i], s) : x[i];

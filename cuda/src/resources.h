@@ -11,6 +11,7 @@
 #define GPUIVF_CUDA_RESOURCES_H
 
 #include <cstdint>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -230,6 +231,16 @@ void copy_to_host_sync(Resources &res, T *dst, const T *src, int64_t count) {
         GPUIVF_CUDA_TRY(cudaMemcpyAsync(dst, src, sizeof(T) * count, cudaMemcpyDefault, res.stream));
         sync(res);
     }
+}
+/* A caller's array (host or device) into host memory dst: a plain memcpy
+ * for host memory (no stream round trip), else copy_to_host_sync. */
+template <typename T>
+void copy_in_host(Resources &res, T *dst, const T *src, int64_t count) {
+    if (count <= 0) return;
+    if (is_device_pointer(src))
+        copy_to_host_sync(res, dst, src, count);
+    else
+        std::memcpy(dst, src, sizeof(T) * count);
 }
 
 }  // namespace gpuivf_cuda

@@ -1,6 +1,8 @@
 // Exact kNN on the GPU against gpuivf::exact_knn: all three metrics, sizes
 // that are not multiples of 32, k up to 1000, ties, padding, the GEMM-score
-// variant, and siftsmall's official ground truth.
+// variant, and siftsmall's official ground truth.  Bases of up to 4096 rows
+// searched by up to 512 queries (L2, inner product) take the direct path
+// (every score exact, one sort per query); the others GEMM tiles.
 #include "cuda_test_util.h"
 
 namespace {
@@ -42,6 +44,7 @@ TEST(ExactKnn, MatchesCpuBitForBit) {
         check_knn(m, 2047, 9, 33, 1000, seed++);
         check_knn(m, 20000, 3, 16, 10, seed++);  // few queries: rows split over blocks
         check_knn(m, 45000, 700, 8, 10, seed++); // several base tiles
+        check_knn(m, 3000, 600, 24, 10, seed++);  // small base, too many queries for the direct path: GEMM
     }
 }
 
