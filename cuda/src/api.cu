@@ -504,13 +504,16 @@ gpuivf_cuda_status gpuivf_cuda_index_search(gpuivf_cuda_resources *res, gpuivf_c
             GPUIVF_REQUIRE(v >= 1 && v <= p.nprobe, "per-query nprobe %d is out of range 1..%d", v, p.nprobe);
         sp.query_nprobe = qnp.data();
     }
-    Input<float> q(r, queries, nq * index->d);
-    Output<double> od(r, out_distances, nq * p.k);
-    Output<uint64_t> oi(r, out_ids, nq * p.k);
+    r.pinned_top = 0; /* the previous call is over: its pinned bytes are free */
+    Input<float> q(r, queries, nq * index->d, true);
+    Output<double> od(r, out_distances, nq * p.k, true);
+    Output<uint64_t> oi(r, out_ids, nq * p.k, true);
     index_search(r, *index, q.get(), nq, sp, od.get(), oi.get());
     od.finish();
     oi.finish();
     sync(r);
+    od.deliver();
+    oi.deliver();
     API_END
 }
 

@@ -3,6 +3,8 @@
  * products and a fused norm-add + k-select kernel, then (by default) an exact
  * re-score of a wider shortlist with the CPU's arithmetic.  Serves the
  * coarse quantizer, encoding, k-means assignment and exact ground truth.
+ * Small batches (<= 512 queries) against small bases (<= 4096 rows: the
+ * centroids) skip the GEMM: every score exact, one sort per query.
  */
 #ifndef GPUIVF_CUDA_KNN_H
 #define GPUIVF_CUDA_KNN_H

@@ -88,6 +88,16 @@ void resources_init(Resources &res, int device, int64_t temp_bytes) {
     res.arena = static_cast<char *>(p);
     res.arena_size = want;
     res.arena_top = 0;
+
+    /* 16 MB of pinned host memory for searches; without it they still work,
+     * with pageable copies */
+    void *h = nullptr;
+    if (cudaHostAlloc(&h, size_t(16) << 20, cudaHostAllocDefault) == cudaSuccess) {
+        res.pinned = static_cast<char *>(h);
+        res.pinned_size = size_t(16) << 20;
+    } else {
+        (void)cudaGetLastError();
+    }
 }
 
 void resources_release(Resources &res) noexcept {
@@ -95,6 +105,8 @@ void resources_release(Resources &res) noexcept {
     if (res.stream) cudaStreamSynchronize(res.stream);
     if (res.gemm_stream) cudaStreamSynchronize(res.gemm_stream);
     if (res.arena) cudaFree(res.arena);
+    if (res.pinned) cudaFreeHost(res.pinned);
+    res.pinned = nullptr;
     if (res.cublas) cublasDestroy(res.cublas);
     for (int i = 0; i < 2; i++) {
         if (res.ev_gemm[i]) cudaEventDestroy(res.ev_gemm[i]);
@@ -142,6 +154,14 @@ void arena_free(Resources &res, void *p) noexcept {
         res.arena_top = res.blocks.back().offset;
         res.blocks.pop_back();
     }
+}
+
+void *pinned_alloc(Resources &res, size_t bytes) noexcept {
+    bytes = static_cast<size_t>(round_up(static_cast<int64_t>(bytes), 64));
+    if (res.pinned == nullptr || res.pinned_top + bytes > res.pinned_size) return nullptr;
+    void *p = res.pinned + res.pinned_top;
+    res.pinned_top += bytes;
+    return p;
 }
 
 size_t arena_available(const Resources &res) noexcept { return res.arena_size - res.arena_top; }

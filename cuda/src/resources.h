@@ -41,6 +41,14 @@ struct gpuivf_cuda_resources {
     };
     std::vector<Block> blocks;
 
+    /* Pinned host memory for the small copies of one search (queries in,
+     * results out): a pageable copy costs the driver a staging round trip
+     * each, which dominates a batch of a few queries.  Bump-allocated,
+     * reset at the start of every search (every call ends synchronised). */
+    char *pinned = nullptr;
+    size_t pinned_size = 0;
+    size_t pinned_top = 0;
+
     gpuivf_cuda_cancel_fn cancel_fn = nullptr;
     void *cancel_arg = nullptr;
 };
@@ -63,6 +71,9 @@ void sync(Resources &res);
 void *arena_alloc(Resources &res, size_t bytes);   /* nullptr when it does not fit */
 void arena_free(Resources &res, void *p) noexcept;
 size_t arena_available(const Resources &res) noexcept;
+
+/* Pinned host bytes from res.pinned; nullptr when they do not fit. */
+void *pinned_alloc(Resources &res, size_t bytes) noexcept;
 
 /* True when kernels can read p directly (device or managed memory). */
 bool is_device_pointer(const void *p);
@@ -175,13 +186,20 @@ private:
 template <typename T>
 class Input {
 public:
-    Input(Resources &res, const T *p, int64_t count) {
+    /* via_pinned: host data goes through res.pinned when it fits */
+    Input(Resources &res, const T *p, int64_t count, bool via_pinned = false) {
         if (p == nullptr || count <= 0 || is_device_pointer(p)) {
             ptr_ = p;
             return;
         }
         staged_.allocate(res, count);
-        GPUIVF_CUDA_TRY(cudaMemcpyAsync(staged_.data(), p, sizeof(T) * count, cudaMemcpyHostToDevice, res.stream));
+        const void *src = p;
+        void *bounce = via_pinned ? pinned_alloc(res, sizeof(T) * count) : nullptr;
+        if (bounce) {
+            std::memcpy(bounce, p, sizeof(T) * count);
+            src = bounce;
+        }
+        GPUIVF_CUDA_TRY(cudaMemcpyAsync(staged_.data(), src, sizeof(T) * count, cudaMemcpyHostToDevice, res.stream));
         ptr_ = staged_.data();
     }
     const T *get() const { return ptr_; }
@@ -196,19 +214,25 @@ private:
 template <typename T>
 class Output {
 public:
-    Output(Resources &res, T *p, int64_t count) : res_(res), user_(p), count_(count) {
+    /* via_pinned: the copy back lands in res.pinned when it fits, and
+     * deliver() (after the stream is synchronised) moves it to p */
+    Output(Resources &res, T *p, int64_t count, bool via_pinned = false) : res_(res), user_(p), count_(count) {
         if (p == nullptr || count <= 0 || is_device_pointer(p)) {
             ptr_ = p;
             return;
         }
         staged_.allocate(res, count);
         ptr_ = staged_.data();
+        if (via_pinned) bounce_ = static_cast<T *>(pinned_alloc(res, sizeof(T) * count));
     }
     T *get() const { return ptr_; }
     void finish() {
         if (staged_.data() && count_ > 0)
-            GPUIVF_CUDA_TRY(cudaMemcpyAsync(user_, staged_.data(), sizeof(T) * count_, cudaMemcpyDeviceToHost,
-                                            res_.stream));
+            GPUIVF_CUDA_TRY(cudaMemcpyAsync(bounce_ ? bounce_ : user_, staged_.data(), sizeof(T) * count_,
+                                            cudaMemcpyDeviceToHost, res_.stream));
+    }
+    void deliver() {
+        if (bounce_) std::memcpy(user_, bounce_, sizeof(T) * count_);
     }
 
 private:
@@ -216,6 +240,7 @@ private:
     T *user_;
     int64_t count_;
     T *ptr_ = nullptr;
+    T *bounce_ = nullptr;
     TempBuffer<T> staged_;
 };
 
@@ -232,6 +257,18 @@ void copy_to_host_sync(Resources &res, T *dst, const T *src, int64_t count) {
         sync(res);
     }
 }
+/* Host array src to device dst through res.pinned when it fits. */
+template <typename T>
+void stage_to_device(Resources &res, T *dst, const T *src, int64_t count) {
+    if (count <= 0) return;
+    void *bounce = pinned_alloc(res, sizeof(T) * count);
+    if (bounce) {
+        std::memcpy(bounce, src, sizeof(T) * count);
+        src = static_cast<const T *>(bounce);
+    }
+    GPUIVF_CUDA_TRY(cudaMemcpyAsync(dst, src, sizeof(T) * count, cudaMemcpyDefault, res.stream));
+}
+
 /* A caller's array (host or device) into host memory dst: a plain memcpy
  * for host memory (no stream round trip), else copy_to_host_sync. */
 template <typename T>

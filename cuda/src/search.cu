@@ -3,7 +3,8 @@
  *   1. prepare the queries (unit vectors for cosine, the CPU's bits);
  *   2. coarse quantization by the exact kNN against the centroids (L2, or
  *      inner product for an IP index), re-scored with the CPU's arithmetic
- *      so the probed lists and their biases are the CPU's;
+ *      so the probed lists and their biases are the CPU's (a batch of the
+ *      GPU worker's size scores every centroid exactly, knn.cu);
  *   3. the fused list scan + k-selection (ivfpq_scan.cuh; ivfpq_scan8.cuh
  *      for 8-bit codes with query tables), one block per
  *      query, or per share of its probes when the batch is too small to fill
@@ -67,11 +68,11 @@ void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, c
                    ix.ksub);
 
     TempBuffer<int32_t> d_qk(res, nq), d_kscan(res, nq), d_qnp;
-    copy_to_device(res, d_qk.data(), qk.data(), nq);
-    copy_to_device(res, d_kscan.data(), kscan.data(), nq);
+    stage_to_device(res, d_qk.data(), qk.data(), nq);
+    stage_to_device(res, d_kscan.data(), kscan.data(), nq);
     if (p.query_nprobe) {
         d_qnp.allocate(res, nq);
-        copy_to_device(res, d_qnp.data(), qnp.data(), nq);
+        stage_to_device(res, d_qnp.data(), qnp.data(), nq);
     }
 
     const int64_t chunk = std::min<int64_t>(
