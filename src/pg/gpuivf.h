@@ -720,8 +720,10 @@ bool        GpuivfWorkerTrain(Relation index, gpuivf::Metric metric, const float
                               float *centroids, float *codebook);
 typedef struct GpuivfEncodeJob GpuivfEncodeJob;
 GpuivfEncodeJob *GpuivfWorkerEncodeBegin(const gpuivf::IvfPqModel &model, int64 batch_cap);
-bool        GpuivfWorkerEncodeRun(GpuivfEncodeJob *job, Relation index, const float *raw,
-                                  int64 n, int32 *lists, uint8 *codes);
+float      *GpuivfWorkerEncodeArea(GpuivfEncodeJob *job, int area);
+bool        GpuivfWorkerEncodeSubmit(GpuivfEncodeJob *job, Relation index, int area, int64 n);
+bool        GpuivfWorkerEncodeWait(GpuivfEncodeJob *job, Relation index, const int32 **lists,
+                                   const uint8 **codes);
 void        GpuivfWorkerEncodeEnd(GpuivfEncodeJob *job);
 
 /*

@@ -80,11 +80,14 @@ typedef struct GpuivfBuildState
     /* encoding scan */
     bool        stores_vectors; /* rerank: vector tuples + entries point at them */
     int         batch_cap;
-    int         batch_n;
-    float      *batch_raw;      /* as given, for vector tuples */
-    float      *batch_prep;     /* prepared, for the engine */
-    ItemPointerData *batch_tids;
-    int32      *labels;
+    int         batch_n;        /* rows in the area being filled */
+    int         cur;            /* the area the scan fills */
+    float      *area_raw[2];    /* as given; with the GPU worker, in its DSM segment */
+    ItemPointerData *area_tids[2];
+    bool        pending;        /* area 1 - cur is being encoded by the worker */
+    int         pending_n;
+    float      *batch_prep;     /* prepared, for the CPU engine */
+    int32      *labels;         /* the CPU engine's answer */
     uint8      *codes;
     GpuivfVectorTuple *vtuple;  /* one reusable vector tuple */
     GpuivfEncodeJob *encode_job; /* encoding on the GPU worker, or NULL */
@@ -412,13 +415,15 @@ SpillToSort(GpuivfBuildState *bs)
     bs->mem_entries = false;
 }
 
-/* Buffers of one encoding batch, bounded by a quarter of maintenance_work_mem;
+/* Buffers of the encoding batches, bounded by a quarter of
+ * maintenance_work_mem (two areas of raw rows and one of prepared rows);
  * the entries stay in memory when the rows seen by the sampling scan fit in
- * half of it (the sample is gone by now). */
+ * half of it (the sample is gone by now).  With the GPU worker the raw rows
+ * go straight into its DSM segment's two areas. */
 static void
 StartEncoding(GpuivfBuildState *bs)
 {
-    Size        per_row = (Size) bs->dims * sizeof(float) * 2 + bs->code_size + 16;
+    Size        per_row = (Size) bs->dims * sizeof(float) * 3 + bs->code_size + 16;
     Size        budget = (Size) maintenance_work_mem * 1024 / 4;
     int64       cap = (int64) (budget / per_row);
 
@@ -427,9 +432,21 @@ StartEncoding(GpuivfBuildState *bs)
     if (GpuivfWorkerAvailable())
         bs->batch_cap = (int) Max((int64) 64, Min((int64) 65536, cap));
     bs->batch_n = 0;
-    bs->batch_raw = (float *) palloc((Size) bs->batch_cap * bs->dims * sizeof(float));
+    bs->cur = 0;
+    bs->pending = false;
+    bs->encode_job = GpuivfWorkerEncodeBegin(bs->model, bs->batch_cap);
+    for (int a = 0; a < 2; a++)
+    {
+        if (bs->encode_job != NULL)
+            bs->area_raw[a] = GpuivfWorkerEncodeArea(bs->encode_job, a);
+        else if (a == 0)
+            bs->area_raw[a] = (float *) palloc((Size) bs->batch_cap * bs->dims * sizeof(float));
+        else
+            bs->area_raw[a] = NULL;
+        bs->area_tids[a] = a == 0 || bs->encode_job != NULL
+            ? (ItemPointerData *) palloc((Size) bs->batch_cap * sizeof(ItemPointerData)) : NULL;
+    }
     bs->batch_prep = (float *) palloc((Size) bs->batch_cap * bs->dims * sizeof(float));
-    bs->batch_tids = (ItemPointerData *) palloc((Size) bs->batch_cap * sizeof(ItemPointerData));
     bs->labels = (int32 *) palloc((Size) bs->batch_cap * sizeof(int32));
     bs->codes = (uint8 *) palloc((Size) bs->batch_cap * bs->code_size);
     bs->vtuple = (GpuivfVectorTuple *) palloc0(GPUIVF_VECTOR_TUPLE_SIZE(bs->dims));
@@ -437,7 +454,6 @@ StartEncoding(GpuivfBuildState *bs)
     SET_VARSIZE(bs->code_datum, VARHDRSZ + bs->code_size);
     GpuivfWriterInit(&bs->vecw, bs->index, bs->forknum, GPUIVF_PAGE_VECTOR, false);
     bs->encoded = 0;
-    bs->encode_job = GpuivfWorkerEncodeBegin(bs->model, bs->batch_cap);
 
     bs->mem_budget = (Size) maintenance_work_mem * 1024 / 2;
     bs->mem_n = bs->mem_cap = 0;
@@ -449,58 +465,130 @@ StartEncoding(GpuivfBuildState *bs)
         StartSort(bs);
 }
 
-/* Encode the batch (no lock held), write its vector tuples, keep or sort
- * its entries. */
+/* Seconds since t0, added to the time the scan spent on the engine. */
 static void
-FlushBatch(GpuivfBuildState *bs)
+AddEngineTime(GpuivfBuildState *bs, instr_time t0)
 {
-    gpuivf::CancelHook cancel = BuildCancelHook();
-    Size        vsize = GPUIVF_VECTOR_TUPLE_SIZE(bs->dims);
-    instr_time  t0, t1;
+    instr_time  t1;
 
-    if (bs->batch_n == 0)
-        return;
-    INSTR_TIME_SET_CURRENT(t0);
-    /* on the GPU worker when one can */
-    if (bs->encode_job != NULL &&
-        GpuivfWorkerEncodeRun(bs->encode_job, bs->index, bs->batch_raw, bs->batch_n, bs->labels,
-                              bs->codes))
-        bs->engine_on_gpu = true;
-    else
-        GpuivfRaiseStatus(gpuivf::ivfpq_encode(bs->model, bs->batch_prep, bs->batch_n, bs->labels,
-                                               bs->codes, &cancel));
     INSTR_TIME_SET_CURRENT(t1);
     INSTR_TIME_SUBTRACT(t1, t0);
     bs->t_engine += INSTR_TIME_GET_DOUBLE(t1);
+}
 
-    if (bs->mem_entries && !MemReserve(bs, bs->mem_n + bs->batch_n))
+/* Encode n raw rows with the CPU engine into bs->labels / bs->codes
+ * (prepared: bs->batch_prep already holds their prepared copies). */
+static void
+EncodeOnCpu(GpuivfBuildState *bs, const float *raw, int n, bool prepared)
+{
+    gpuivf::CancelHook cancel = BuildCancelHook();
+
+    if (!prepared)
+        for (int i = 0; i < n; i++)
+            gpuivf::prepare_vector(bs->metric, raw + (Size) i * bs->dims,
+                                   bs->batch_prep + (Size) i * bs->dims, bs->dims);
+    GpuivfRaiseStatus(gpuivf::ivfpq_encode(bs->model, bs->batch_prep, n, bs->labels, bs->codes,
+                                           &cancel));
+}
+
+/* Write an encoded batch's vector tuples and keep or sort its entries. */
+static void
+ProcessBatch(GpuivfBuildState *bs, const float *raw, const ItemPointerData *tids, int n,
+             const int32 *labels, const uint8 *codes)
+{
+    Size        vsize = GPUIVF_VECTOR_TUPLE_SIZE(bs->dims);
+
+    if (bs->mem_entries && !MemReserve(bs, bs->mem_n + n))
         SpillToSort(bs);
-    for (int i = 0; i < bs->batch_n; i++)
+    for (int i = 0; i < n; i++)
     {
-        ItemPointerData id_tid = bs->batch_tids[i];
-        const uint8 *code = bs->codes + (Size) i * bs->code_size;
+        ItemPointerData id_tid = tids[i];
+        const uint8 *code = codes + (Size) i * bs->code_size;
 
         if (bs->stores_vectors)
         {
-            bs->vtuple->heaptid = bs->batch_tids[i];
-            memcpy(bs->vtuple->x, bs->batch_raw + (Size) i * bs->dims,
-                   sizeof(float) * bs->dims);
+            bs->vtuple->heaptid = tids[i];
+            memcpy(bs->vtuple->x, raw + (Size) i * bs->dims, sizeof(float) * bs->dims);
             GpuivfWriterAdd(&bs->vecw, bs->vtuple, vsize, &id_tid);
         }
         if (bs->mem_entries)
         {
-            bs->mem_lists[bs->mem_n] = bs->labels[i];
+            bs->mem_lists[bs->mem_n] = labels[i];
             bs->mem_ids[bs->mem_n] = GpuivfTidToId(&id_tid);
             memcpy(bs->mem_codes + (Size) bs->mem_n * bs->code_size, code, bs->code_size);
             bs->mem_n++;
         }
         else
-            SortPut(bs, bs->labels[i], GpuivfTidToId(&id_tid), code);
+            SortPut(bs, labels[i], GpuivfTidToId(&id_tid), code);
     }
     GpuivfWriterPause(&bs->vecw);
-    bs->encoded += bs->batch_n;
-    bs->batch_n = 0;
+    bs->encoded += n;
     pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, bs->encoded);
+}
+
+/* Wait for the batch the GPU worker is encoding and process it (encoded on
+ * the CPU instead when the worker failed under gpuivf.device = auto). */
+static void
+FinishPending(GpuivfBuildState *bs)
+{
+    int         area = 1 - bs->cur;
+    const int32 *labels;
+    const uint8 *codes;
+    instr_time  t0;
+
+    if (!bs->pending)
+        return;
+    bs->pending = false;
+    INSTR_TIME_SET_CURRENT(t0);
+    if (GpuivfWorkerEncodeWait(bs->encode_job, bs->index, &labels, &codes))
+        bs->engine_on_gpu = true;
+    else
+    {
+        EncodeOnCpu(bs, bs->area_raw[area], bs->pending_n, false);
+        labels = bs->labels;
+        codes = bs->codes;
+    }
+    AddEngineTime(bs, t0);
+    ProcessBatch(bs, bs->area_raw[area], bs->area_tids[area], bs->pending_n, labels, codes);
+}
+
+/*
+ * The area being filled is full (or the scan ended).  With the GPU worker:
+ * wait for the other area's batch and process it, then hand this one to
+ * the worker and let the scan fill the other area meanwhile; the batches
+ * are processed in scan order either way, so the pages are the same.
+ * Without it: encode on the CPU and process.  No lock is held.
+ */
+static void
+FlushBatch(GpuivfBuildState *bs)
+{
+    int         n = bs->batch_n;
+    instr_time  t0;
+
+    if (n == 0)
+        return;
+    if (bs->encode_job != NULL)
+    {
+        bool        submitted;
+
+        FinishPending(bs);
+        INSTR_TIME_SET_CURRENT(t0);
+        submitted = GpuivfWorkerEncodeSubmit(bs->encode_job, bs->index, bs->cur, n);
+        AddEngineTime(bs, t0);
+        if (submitted)
+        {
+            bs->pending = true;
+            bs->pending_n = n;
+            bs->cur = 1 - bs->cur;
+            bs->batch_n = 0;
+            return;
+        }
+    }
+    INSTR_TIME_SET_CURRENT(t0);
+    EncodeOnCpu(bs, bs->area_raw[bs->cur], n, bs->encode_job == NULL);
+    AddEngineTime(bs, t0);
+    ProcessBatch(bs, bs->area_raw[bs->cur], bs->area_tids[bs->cur], n, bs->labels, bs->codes);
+    bs->batch_n = 0;
 }
 
 /* table_index_build_scan callback of the encoding scan. */
@@ -518,9 +606,11 @@ EncodeCallback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
         return;
     GpuivfCheckDims(bs->dims, dims);
     i = bs->batch_n++;
-    memcpy(bs->batch_raw + (Size) i * bs->dims, x, sizeof(float) * bs->dims);
-    gpuivf::prepare_vector(bs->metric, x, bs->batch_prep + (Size) i * bs->dims, bs->dims);
-    bs->batch_tids[i] = *tid;
+    memcpy(bs->area_raw[bs->cur] + (Size) i * bs->dims, x, sizeof(float) * bs->dims);
+    /* the CPU engine's prepared copy (the GPU worker prepares its own) */
+    if (bs->encode_job == NULL)
+        gpuivf::prepare_vector(bs->metric, x, bs->batch_prep + (Size) i * bs->dims, bs->dims);
+    bs->area_tids[bs->cur][i] = *tid;
     MemoryContextReset(bs->rowctx);
     if (bs->batch_n == bs->batch_cap)
         FlushBatch(bs);
@@ -724,6 +814,7 @@ BuildTrained(GpuivfBuildState *bs, IndexInfo *indexInfo, double *reltuples)
     *reltuples = table_index_build_scan(bs->heap, bs->index, indexInfo, true, true,
                                         EncodeCallback, (void *) bs, NULL);
     FlushBatch(bs);
+    FinishPending(bs);
     GpuivfWorkerEncodeEnd(bs->encode_job);
     bs->encode_job = NULL;
     meta.vector_insert_page = bs->vecw.blkno;
@@ -810,7 +901,7 @@ gpuivfbuild(Relation heap, Relation index, IndexInfo *indexInfo)
         GpuivfCalibrate(index, heap);
     bs->t_calibrate = PhaseSeconds(bs);
     elog(DEBUG1, "gpuivf build of \"%s\": %lld rows; sample scan %.3f s, training %.3f s, "
-         "encoding scan %.3f s (engine %.3f s on the %s), lists %.3f s (entries sorted %s), "
+         "encoding scan %.3f s (waiting for the engine %.3f s, on the %s), lists %.3f s (entries sorted %s), "
          "WAL %.3f s, calibration %.3f s",
          RelationGetRelationName(index), (long long) bs->rows, bs->t_sample, bs->t_train,
          bs->t_encode, bs->t_engine, bs->engine_on_gpu ? "GPU" : "CPU", bs->t_lists,

@@ -691,30 +691,51 @@ GpuivfWorkerTrain(Relation index, gpuivf::Metric metric, const float *sample, in
 /*
  * CREATE INDEX: lists and PQ codes of batches of raw vectors on the GPU
  * worker (the same bytes the CPU's ivfpq_encode writes, up to exact float
- * ties).  One DSM segment, sized for the largest batch, serves every batch
- * of the build: creating (and faulting in) a fresh 30 MB segment per batch
- * cost about a third of the encoding requests' time.  Segment layout for a
- * batch of n: [raw n x d][centroids][codebook][lists out][codes out]; the
- * model moves only when n changes (the last batch).
+ * ties).  One DSM segment serves every batch of the build
+ * (GpuivfEncodePayloadLayout): the model is copied once, and of its two
+ * batch areas the backend's scan fills one while the worker encodes the
+ * other, so the heap scan and the GPU overlap.  At most one request is in
+ * flight (a backend has one request slot).
  */
 struct GpuivfEncodeJob
 {
     dsm_segment *seg;
+    GpuivfEncodeLayout layout;
     gpuivf::IvfPqModel model;
     int64       cap;
-    int64       model_at;       /* the n whose layout holds the model, or -1 */
+    GpuivfRequestSlot *pending; /* submitted and not waited for, or NULL */
+    int         pending_area;
+    int64       pending_n;
 };
 
-/* Sizes of the ENCODE layout for a batch of n. */
+/* The job with a request in flight, for the abort callbacks. */
+static GpuivfEncodeJob *PendingEncodeJob = NULL;
+static bool encode_callbacks_registered = false;
+
+/* An aborted (sub)transaction leaves no encode request behind. */
 static void
-EncodeLayout(const gpuivf::IvfPqModel &model, int64 n, Size *xb, Size *cb, Size *bb, Size *lb,
-             Size *ob)
+AbandonPendingEncode(void)
 {
-    *xb = sizeof(float) * (Size) n * model.d;
-    *cb = sizeof(float) * (Size) model.nlist * model.d;
-    *bb = sizeof(float) * CodebookFloats(model.d, model.m, model.nbits);
-    *lb = MAXALIGN(sizeof(int32) * n);
-    *ob = (Size) gpuivf::pq_code_size(model.m, model.nbits) * n;
+    if (PendingEncodeJob != NULL && PendingEncodeJob->pending != NULL)
+        GpuivfAbandonRequest(PendingEncodeJob->pending);
+    if (PendingEncodeJob != NULL)
+        PendingEncodeJob->pending = NULL;
+    PendingEncodeJob = NULL;
+}
+
+static void
+EncodeXactCallback(XactEvent event, void *arg)
+{
+    if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+        AbandonPendingEncode();
+}
+
+static void
+EncodeSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
+                      SubTransactionId parentSubid, void *arg)
+{
+    if (event == SUBXACT_EVENT_ABORT_SUB)
+        AbandonPendingEncode();
 }
 
 /* Starts encoding on the GPU worker (gpuivf.h); NULL: the CPU encodes. */
@@ -722,58 +743,136 @@ GpuivfEncodeJob *
 GpuivfWorkerEncodeBegin(const gpuivf::IvfPqModel &model, int64 batch_cap)
 {
     GpuivfEncodeJob *job;
-    Size        xb, cb, bb, lb, ob;
+    GpuivfEncodeHeader h;
+    GpuivfEncodeLayout l;
     dsm_segment *seg;
+    char       *base;
 
     if (batch_cap <= 0 || !WorkerUsable(0))
         return NULL;
-    EncodeLayout(model, batch_cap, &xb, &cb, &bb, &lb, &ob);
-    seg = dsm_create(xb + cb + bb + lb + ob, DSM_CREATE_NULL_IF_MAXSEGMENTS);
+    h.cap = batch_cap;
+    h.lists = model.nlist;
+    h.pq_m = model.m;
+    h.pq_bits = model.nbits;
+    h.code_size = gpuivf::pq_code_size(model.m, model.nbits);
+    l = GpuivfEncodePayloadLayout(&h, model.d);
+    seg = dsm_create(l.total, DSM_CREATE_NULL_IF_MAXSEGMENTS);
     if (seg == NULL)
         return NULL;
+    base = (char *) dsm_segment_address(seg);
+    memcpy(base, &h, sizeof(h));
+    memcpy(base + l.centroids_off, model.centroids, sizeof(float) * (Size) model.nlist * model.d);
+    memcpy(base + l.codebook_off, model.codebook,
+           sizeof(float) * CodebookFloats(model.d, model.m, model.nbits));
+    if (!encode_callbacks_registered)
+    {
+        RegisterXactCallback(EncodeXactCallback, NULL);
+        RegisterSubXactCallback(EncodeSubXactCallback, NULL);
+        encode_callbacks_registered = true;
+    }
     job = (GpuivfEncodeJob *) palloc0(sizeof(GpuivfEncodeJob));
     job->seg = seg;
+    job->layout = l;
     job->model = model;
     job->cap = batch_cap;
-    job->model_at = -1;
+    job->pending = NULL;
     return job;
 }
 
-/* One batch of n <= the job's capacity; false when the CPU must encode it
- * (errors are raised under gpuivf.device = gpu). */
-bool
-GpuivfWorkerEncodeRun(GpuivfEncodeJob *job, Relation index, const float *raw, int64 n,
-                      int32 *lists, uint8 *codes)
+/* Area a's raw rows (cap x dims): the scan writes a batch there directly. */
+float *
+GpuivfWorkerEncodeArea(GpuivfEncodeJob *job, int area)
 {
-    Size        xb, cb, bb, lb, ob;
-    char       *base;
-    int64       args[4] = {n, job->model.nlist, job->model.m, job->model.nbits};
+    return (float *) ((char *) dsm_segment_address(job->seg) + job->layout.area_off[area] +
+                      job->layout.raw_off);
+}
 
-    if (n <= 0 || n > job->cap || !WorkerUsable(0))
+/*
+ * Submit the n rows of area `area` for encoding and return at once; false
+ * when the worker cannot take them (the caller encodes them on the CPU).
+ * The previous batch must have been waited for.
+ */
+bool
+GpuivfWorkerEncodeSubmit(GpuivfEncodeJob *job, Relation index, int area, int64 n)
+{
+    GpuivfRequestSlot *slot;
+
+    Assert(job->pending == NULL);
+    if (n <= 0 || n > job->cap || area < 0 || area > 1 || !WorkerUsable(0))
         return false;
-    EncodeLayout(job->model, n, &xb, &cb, &bb, &lb, &ob);
-    base = (char *) dsm_segment_address(job->seg);
-    memcpy(base, raw, xb);
-    if (job->model_at != n)
-    {
-        memcpy(base + xb, job->model.centroids, cb);
-        memcpy(base + xb + cb, job->model.codebook, bb);
-        job->model_at = n;
-    }
-    if (!BuildRequest(index, job->seg, GPUIVF_KIND_ENCODE, (int) job->model.metric, job->model.d,
-                      args))
+    slot = GpuivfMySlot();
+    if (slot == NULL)
         return false;
-    memcpy(lists, base + xb + cb + bb, sizeof(int32) * n);
-    memcpy(codes, base + xb + cb + bb + lb, ob);
+    slot->kind = GPUIVF_KIND_ENCODE;
+    SetIndexIdentity(slot, index, NULL);
+    slot->dims = job->model.d;
+    slot->metric = (int) job->model.metric;
+    slot->nq = 0;
+    slot->kmax = 0;
+    slot->dsm = dsm_segment_handle(job->seg);
+    slot->arg[0] = n;
+    slot->arg[1] = area;
+    slot->arg[2] = 0;
+    slot->arg[3] = 0;
+    job->pending = slot;
+    job->pending_area = area;
+    job->pending_n = n;
+    PendingEncodeJob = job;
+    GpuivfSubmit(slot);
     return true;
 }
 
-/* Ends the job (its segment goes). */
+/*
+ * Wait for the submitted batch: true with *lists and *codes pointing at its
+ * answer in the segment (valid until the area is submitted again); false
+ * when the CPU must encode it (errors are raised under gpuivf.device = gpu).
+ * No time limit (a batch of a large build is long); cancel works.
+ */
+bool
+GpuivfWorkerEncodeWait(GpuivfEncodeJob *job, Relation index, const int32 **lists,
+                       const uint8 **codes)
+{
+    GpuivfRequestSlot *slot = job->pending;
+    int         saved_timeout = gpuivf_worker_timeout;
+    char       *a;
+    bool        answered;
+
+    if (slot == NULL)
+        return false;
+    gpuivf_worker_timeout = 0;
+    PG_TRY();
+    {
+        answered = GpuivfWaitAnswer(slot);
+    }
+    PG_FINALLY();
+    {
+        gpuivf_worker_timeout = saved_timeout;
+        job->pending = NULL;
+        PendingEncodeJob = NULL;
+    }
+    PG_END_TRY();
+    if (!answered || slot->result != GPUIVF_RESULT_OK)
+    {
+        RequestFailed(index, slot, answered, "encode", 1);
+        return false;
+    }
+    GpuivfReleaseSlot(slot);
+    a = (char *) dsm_segment_address(job->seg) + job->layout.area_off[job->pending_area];
+    *lists = (const int32 *) (a + job->layout.lists_off);
+    *codes = (const uint8 *) (a + job->layout.codes_off);
+    return true;
+}
+
+/* Ends the job (its segment goes; a request still in flight is abandoned). */
 void
 GpuivfWorkerEncodeEnd(GpuivfEncodeJob *job)
 {
     if (job == NULL)
         return;
+    if (job->pending != NULL)
+        GpuivfAbandonRequest(job->pending);
+    if (PendingEncodeJob == job)
+        PendingEncodeJob = NULL;
     dsm_detach(job->seg);
     pfree(job);
 }

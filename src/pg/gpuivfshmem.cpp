@@ -365,28 +365,37 @@ WithdrawUnanswered(GpuivfRequestSlot *slot, const char *why)
 }
 
 /*
- * Submit the filled slot and wait until it is DONE (then the caller reads
- * the answer and calls GpuivfReleaseSlot).  The wait is interruptible: an
- * error or FATAL (cancel, statement_timeout, terminate) withdraws or
- * abandons the request first.  It ends in bounded time when the worker
- * disappears (100 ms checks: answered "gone").  Returns false when
- * gpuivf.worker_timeout passed first: the request is then abandoned and the
- * slot is no longer the caller's.
+ * Submit the filled slot (then GpuivfWaitAnswer, or GpuivfAbandonRequest
+ * when the backend gives up on it).
  */
-bool
-GpuivfSubmitAndWait(GpuivfRequestSlot *slot)
+void
+GpuivfSubmit(GpuivfRequestSlot *slot)
 {
     int         slotno = (int) (slot - GpuivfShmem->slots);
-    TimestampTz start = GetCurrentTimestamp();
-    volatile bool answered = true;
 
     slot->serial = pg_atomic_fetch_add_u64(&GpuivfShmem->next_serial, 1);
-    slot->submitted_at = start;
+    slot->submitted_at = GetCurrentTimestamp();
     CoverSlot(slotno);
     SpinLockAcquire(&slot->mutex);
     slot->state = GPUIVF_REQ_SUBMITTED;
     SpinLockRelease(&slot->mutex);
     GpuivfWakeWorker(slot->target_worker >= 0 ? slot->target_worker : slot->preferred_worker);
+}
+
+/*
+ * Wait until the submitted slot is DONE (then the caller reads the answer
+ * and calls GpuivfReleaseSlot).  The wait is interruptible: an error or
+ * FATAL (cancel, statement_timeout, terminate) withdraws or abandons the
+ * request first.  It ends in bounded time when the worker disappears (100
+ * ms checks: answered "gone").  Returns false when gpuivf.worker_timeout
+ * (counted from the submission) passed first: the request is then
+ * abandoned and the slot is no longer the caller's.
+ */
+bool
+GpuivfWaitAnswer(GpuivfRequestSlot *slot)
+{
+    TimestampTz start = slot->submitted_at;
+    volatile bool answered = true;
 
     PG_TRY();
     {
@@ -438,6 +447,22 @@ GpuivfSubmitAndWait(GpuivfRequestSlot *slot)
     }
     PG_END_TRY();
     return answered;
+}
+
+/* GpuivfSubmit + GpuivfWaitAnswer. */
+bool
+GpuivfSubmitAndWait(GpuivfRequestSlot *slot)
+{
+    GpuivfSubmit(slot);
+    return GpuivfWaitAnswer(slot);
+}
+
+/* The backend gives up on its submitted request (withdrawn, or left to
+ * the worker to free); safe in abort callbacks (spinlock only). */
+void
+GpuivfAbandonRequest(GpuivfRequestSlot *slot)
+{
+    AbandonSlot(slot);
 }
 
 /* The backend has read the answer: the slot is FREE again. */

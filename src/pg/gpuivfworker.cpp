@@ -640,8 +640,9 @@ BuildCanceled(void *arg)
 #define GPUIVF_GPU_TRAIN_SEED   UINT64CONST(0x6770756976660002)
 
 /*
- * TRAIN: [sample n x d][centroids out][codebook out] in the request's DSM.
- * ENCODE: [raw n x d][centroids][codebook][lists out][codes out].
+ * TRAIN: [sample n x d][centroids out][codebook out] in the request's DSM
+ * (arg = n, lists, pq_m, pq_bits).  ENCODE: one area of the build's
+ * segment (GpuivfEncodePayloadLayout; arg = n, area).
  */
 void
 GpuivfServeBuild(int worker, int slotno)
@@ -649,14 +650,7 @@ GpuivfServeBuild(int worker, int slotno)
     GpuivfRequestSlot *r = &GpuivfShmem->slots[slotno];
     dsm_segment *seg = dsm_attach(r->dsm);
     char       *base;
-    int64       n = r->arg[0];
-    int         lists = (int) r->arg[1];
-    int         pq_m = (int) r->arg[2];
-    int         pq_bits = (int) r->arg[3];
     int         d = r->dims;
-    Size        xb = sizeof(float) * (Size) n * d;
-    Size        cb = sizeof(float) * (Size) lists * d;
-    Size        bb = sizeof(float) * (Size) pq_m * ((Size) 1 << pq_bits) * (d / Max(pq_m, 1));
     gpuivf_cuda_status st;
 
     if (seg == NULL)
@@ -668,6 +662,12 @@ GpuivfServeBuild(int worker, int slotno)
                     "set a cancel hook");
     if (r->kind == GPUIVF_KIND_TRAIN)
     {
+        int64       n = r->arg[0];
+        int         lists = (int) r->arg[1];
+        int         pq_m = (int) r->arg[2];
+        int         pq_bits = (int) r->arg[3];
+        Size        xb = sizeof(float) * (Size) n * d;
+        Size        cb = sizeof(float) * (Size) lists * d;
         gpuivf_cuda_kmeans_params params = GpuivfCuda.gpuivf_cuda_kmeans_default_params();
 
         params.seed = GPUIVF_GPU_TRAIN_SEED;
@@ -678,20 +678,31 @@ GpuivfServeBuild(int worker, int slotno)
     }
     else
     {
+        const GpuivfEncodeHeader *h = (const GpuivfEncodeHeader *) base;
+        int64       n = r->arg[0];
+        int64       area = r->arg[1];
+        GpuivfEncodeLayout l;
+        char       *a;
         gpuivf_cuda_model model;
 
+        if (h->cap < 1 || n < 1 || n > h->cap || area < 0 || area > 1 || h->lists < 1 ||
+            h->pq_m < 1 || d % h->pq_m != 0 || (h->pq_bits != 4 && h->pq_bits != 8) ||
+            h->code_size != (int32) gpuivf::pq_code_size(h->pq_m, h->pq_bits) ||
+            (l = GpuivfEncodePayloadLayout(h, d)).total > dsm_segment_map_length(seg))
+            elog(ERROR, "gpuivf GPU worker got a malformed encode request (%lld rows, area %lld)",
+                 (long long) n, (long long) area);
+        a = base + l.area_off[area];
         memset(&model, 0, sizeof(model));
         model.metric = r->metric;
         model.d = d;
-        model.nlist = lists;
-        model.m = pq_m;
-        model.nbits = pq_bits;
-        model.centroids = (const float *) (base + xb);
-        model.codebook = (const float *) (base + xb + cb);
-        st = GpuivfCuda.gpuivf_cuda_ivfpq_encode(GpuivfCudaRes, &model, (const float *) base, n,
-                                                 (int32 *) (base + xb + cb + bb),
-                                                 (uint8 *) (base + xb + cb + bb +
-                                                            MAXALIGN(sizeof(int32) * n)));
+        model.nlist = h->lists;
+        model.m = h->pq_m;
+        model.nbits = h->pq_bits;
+        model.centroids = (const float *) (base + l.centroids_off);
+        model.codebook = (const float *) (base + l.codebook_off);
+        st = GpuivfCuda.gpuivf_cuda_ivfpq_encode(GpuivfCudaRes, &model, (const float *) (a + l.raw_off),
+                                                 n, (int32 *) (a + l.lists_off),
+                                                 (uint8 *) (a + l.codes_off));
     }
     (void) GpuivfCuda.gpuivf_cuda_set_cancel_hook(GpuivfCudaRes, NULL, NULL);
     GpuivfCheckCuda(st, r->kind == GPUIVF_KIND_TRAIN ? "train an index" : "encode vectors");

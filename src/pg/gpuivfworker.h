@@ -260,6 +260,10 @@ void        GpuivfWakeWorker(int preferred);
  * interruptible (cancel, timeout, exit leave the queue consistent) */
 GpuivfRequestSlot *GpuivfMySlot(void);
 bool        GpuivfSubmitAndWait(GpuivfRequestSlot *slot);   /* false: timed out */
+/* the same in two steps (a build encodes its next batch meanwhile) */
+void        GpuivfSubmit(GpuivfRequestSlot *slot);
+bool        GpuivfWaitAnswer(GpuivfRequestSlot *slot);      /* false: timed out */
+void        GpuivfAbandonRequest(GpuivfRequestSlot *slot);
 void        GpuivfReleaseSlot(GpuivfRequestSlot *slot);
 /* worker side */
 int         GpuivfTakeRequests(int worker, int *slotnos, int max);
@@ -332,6 +336,51 @@ GpuivfExactKnnPayloadLayout(int nq, int dims, int kk, int64 batch_cap)
     l.ids_off = off;
     off += MAXALIGN(sizeof(uint64) * (Size) nq * kk);
     l.total = off;
+    return l;
+}
+
+/*
+ * ENCODE data, one DSM segment per index build: a header, the model
+ * (centroids, codebook), then two batch areas, so that the backend fills
+ * one while the worker encodes the other.  An area holds raw[cap * dims]
+ * (float4, as given), then the answer: lists[cap] (int32) and
+ * codes[cap * code_size].  arg[0] = rows in the batch, arg[1] = area.
+ */
+typedef struct GpuivfEncodeHeader
+{
+    int64       cap;            /* rows per area */
+    int32       lists;
+    int32       pq_m;
+    int32       pq_bits;
+    int32       code_size;
+} GpuivfEncodeHeader;
+
+typedef struct GpuivfEncodeLayout
+{
+    Size        centroids_off, codebook_off, area_off[2];
+    Size        raw_off, lists_off, codes_off;  /* within an area */
+    Size        total;
+} GpuivfEncodeLayout;
+
+static inline GpuivfEncodeLayout
+GpuivfEncodePayloadLayout(const GpuivfEncodeHeader *h, int dims)
+{
+    GpuivfEncodeLayout l;
+    Size        off = MAXALIGN(sizeof(GpuivfEncodeHeader));
+    Size        area;
+
+    l.centroids_off = off;
+    off += MAXALIGN(sizeof(float4) * (Size) h->lists * dims);
+    l.codebook_off = off;
+    off += MAXALIGN(sizeof(float4) * (Size) h->pq_m * ((Size) 1 << h->pq_bits) *
+                    (dims / Max(h->pq_m, 1)));
+    l.raw_off = 0;
+    l.lists_off = MAXALIGN(sizeof(float4) * (Size) h->cap * dims);
+    l.codes_off = l.lists_off + MAXALIGN(sizeof(int32) * (Size) h->cap);
+    area = l.codes_off + MAXALIGN((Size) h->code_size * h->cap);
+    l.area_off[0] = off;
+    l.area_off[1] = off + area;
+    l.total = off + 2 * area;
     return l;
 }
 

@@ -21,6 +21,10 @@
  *                                first sleeps n ms (default 0), so that a
  *                                test can act while the worker loads
  *                                (test/t/104_worker_kill_load.pl)
+ *   GPUIVF_FAKE_ENCODE_DELAY_MS=n  every encoding request first sleeps n ms
+ *                                (default 0): a build's scan then runs while
+ *                                its previous batch is being encoded
+ *                                (test/t/105_worker_build_overlap.pl)
  *   GPUIVF_FAKE_DEVICES=n        devices reported (default 1), so that
  *                                gpuivf.devices = '0,1' starts two workers
  *                                (test/t/103_worker_shards.pl)
@@ -173,6 +177,8 @@ gpuivf_cuda_status gpuivf_cuda_ivfpq_train(gpuivf_cuda_resources *res, int32_t m
 
 gpuivf_cuda_status gpuivf_cuda_ivfpq_encode(gpuivf_cuda_resources *res, const gpuivf_cuda_model *model,
                                             const float *x, int64_t n, int32_t *lists, uint8_t *codes) noexcept {
+    const char *delay = getenv("GPUIVF_FAKE_ENCODE_DELAY_MS");
+    if (delay && atoi(delay) > 0) usleep(static_cast<useconds_t>(atoi(delay)) * 1000);
     try {
         int d = model->d;
         std::vector<float> prep(static_cast<size_t>(n) * d), norms(model->nlist);
