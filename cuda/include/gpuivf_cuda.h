@@ -285,6 +285,25 @@ gpuivf_cuda_status gpuivf_cuda_index_search(gpuivf_cuda_resources *res, gpuivf_c
                                             double *out_distances,
                                             uint64_t *out_ids) GPUIVF_CUDA_NOEXCEPT;
 
+/*
+ * The same search, started on res's stream and left running: the queries
+ * and the params' arrays are read before it returns, the outputs are valid
+ * after gpuivf_cuda_search_wait(res).  One search at a time per resources
+ * object; searches on different resources objects run concurrently (their
+ * own streams), and the index must not change until they are waited for.
+ */
+gpuivf_cuda_status gpuivf_cuda_index_search_async(gpuivf_cuda_resources *res, gpuivf_cuda_index *index,
+                                                  const float *queries, int64_t nq,
+                                                  const gpuivf_cuda_search_params *params,
+                                                  double *out_distances,
+                                                  uint64_t *out_ids) GPUIVF_CUDA_NOEXCEPT;
+/* *done = 1 when res's started search has finished on the GPU (or none is
+ * pending), else 0; does not wait. */
+gpuivf_cuda_status gpuivf_cuda_search_done(gpuivf_cuda_resources *res, int32_t *done) GPUIVF_CUDA_NOEXCEPT;
+/* Waits for res's started search and delivers its outputs (its errors are
+ * reported here); a no-op when none is pending. */
+gpuivf_cuda_status gpuivf_cuda_search_wait(gpuivf_cuda_resources *res) GPUIVF_CUDA_NOEXCEPT;
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -466,11 +466,19 @@ gpuivf_cuda_status gpuivf_cuda_index_get_list(gpuivf_cuda_resources *res, gpuivf
     API_END
 }
 
-gpuivf_cuda_status gpuivf_cuda_index_search(gpuivf_cuda_resources *res, gpuivf_cuda_index *index,
-                                            const float *queries, int64_t nq, const gpuivf_cuda_search_params *params,
-                                            double *out_distances, uint64_t *out_ids) noexcept {
+}  // extern "C"
+
+namespace {
+
+/* gpuivf_cuda_index_search(_async): everything but the final wait is the
+ * same.  Outputs go through pinned memory when they fit, so that nothing
+ * but the wait blocks the host. */
+gpuivf_cuda_status index_search_call(gpuivf_cuda_resources *res, gpuivf_cuda_index *index, const float *queries,
+                                     int64_t nq, const gpuivf_cuda_search_params *params, double *out_distances,
+                                     uint64_t *out_ids, bool async) noexcept {
     API_BEGIN
     Resources &r = check_res(res);
+    GPUIVF_REQUIRE(!r.search_pending, "the search started on these resources was not waited for");
     GPUIVF_REQUIRE(index != nullptr && params != nullptr, "index and params must not be null");
     const gpuivf_cuda_search_params &p = *params;
     GPUIVF_REQUIRE(p.k >= 1 && p.k <= kMaxK, "k %d is out of range 1..%d", p.k, kMaxK);
@@ -508,12 +516,70 @@ gpuivf_cuda_status gpuivf_cuda_index_search(gpuivf_cuda_resources *res, gpuivf_c
     Input<float> q(r, queries, nq * index->d, true);
     Output<double> od(r, out_distances, nq * p.k, true);
     Output<uint64_t> oi(r, out_ids, nq * p.k, true);
-    index_search(r, *index, q.get(), nq, sp, od.get(), oi.get());
-    od.finish();
-    oi.finish();
+    try {
+        index_search(r, *index, q.get(), nq, sp, od.get(), oi.get());
+        od.finish();
+        oi.finish();
+    } catch (...) {
+        /* nothing queued may outlive this call's pinned and arena memory */
+        cudaStreamSynchronize(r.stream);
+        throw;
+    }
+    if (async) {
+        r.npending_copies = 0;
+        od.deliver_at_wait();
+        oi.deliver_at_wait();
+        r.search_pending = true;
+        return ok_status();
+    }
     sync(r);
     od.deliver();
     oi.deliver();
+    API_END
+}
+
+}  // namespace
+
+extern "C" {
+
+gpuivf_cuda_status gpuivf_cuda_index_search(gpuivf_cuda_resources *res, gpuivf_cuda_index *index,
+                                            const float *queries, int64_t nq, const gpuivf_cuda_search_params *params,
+                                            double *out_distances, uint64_t *out_ids) noexcept {
+    return index_search_call(res, index, queries, nq, params, out_distances, out_ids, false);
+}
+
+gpuivf_cuda_status gpuivf_cuda_index_search_async(gpuivf_cuda_resources *res, gpuivf_cuda_index *index,
+                                                  const float *queries, int64_t nq,
+                                                  const gpuivf_cuda_search_params *params, double *out_distances,
+                                                  uint64_t *out_ids) noexcept {
+    return index_search_call(res, index, queries, nq, params, out_distances, out_ids, true);
+}
+
+gpuivf_cuda_status gpuivf_cuda_search_done(gpuivf_cuda_resources *res, int32_t *done) noexcept {
+    API_BEGIN
+    Resources &r = check_res(res);
+    GPUIVF_REQUIRE(done != nullptr, "done must not be null");
+    *done = 1;
+    if (!r.search_pending) return ok_status();
+    const cudaError_t err = cudaStreamQuery(r.stream);
+    if (err == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        *done = 0;
+        return ok_status();
+    }
+    GPUIVF_CUDA_TRY(err);
+    API_END
+}
+
+gpuivf_cuda_status gpuivf_cuda_search_wait(gpuivf_cuda_resources *res) noexcept {
+    API_BEGIN
+    Resources &r = check_res(res);
+    if (!r.search_pending) return ok_status();
+    r.search_pending = false;
+    sync(r);
+    for (int i = 0; i < r.npending_copies; i++)
+        std::memcpy(r.pending_copies[i].user, r.pending_copies[i].bounce, r.pending_copies[i].bytes);
+    r.npending_copies = 0;
     API_END
 }
 

@@ -49,6 +49,17 @@ struct gpuivf_cuda_resources {
     size_t pinned_size = 0;
     size_t pinned_top = 0;
 
+    /* A search started by gpuivf_cuda_index_search_async: the outputs
+     * still to copy from pinned memory when it is waited for. */
+    struct PendingCopy {
+        void *user;
+        const void *bounce;
+        size_t bytes;
+    };
+    bool search_pending = false;
+    PendingCopy pending_copies[2] = {};
+    int npending_copies = 0;
+
     gpuivf_cuda_cancel_fn cancel_fn = nullptr;
     void *cancel_arg = nullptr;
 };
@@ -233,6 +244,11 @@ public:
     }
     void deliver() {
         if (bounce_) std::memcpy(user_, bounce_, sizeof(T) * count_);
+    }
+    /* deliver() later, at gpuivf_cuda_search_wait (the stream still runs) */
+    void deliver_at_wait() {
+        if (bounce_ && res_.npending_copies < 2)
+            res_.pending_copies[res_.npending_copies++] = {user_, bounce_, sizeof(T) * static_cast<size_t>(count_)};
     }
 
 private:

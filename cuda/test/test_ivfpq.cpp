@@ -4,7 +4,7 @@
 // float rounding), exact re-rank, per-query k and nprobe, small batches
 // (probes split over blocks + the second selection pass), 4-bit codes,
 // the conflict-free 8-bit scan at several code widths, appending and
-// removing, and siftsmall.
+// removing, two searches in flight on two streams, and siftsmall.
 #include "cuda_test_util.h"
 
 namespace {
@@ -201,6 +201,55 @@ TEST(IvfPq, PerQueryKAndNprobe) {
     }
     compare_search(cpu, g.ix, q, {120, 40, 0, GPUIVF_CUDA_LUT_PER_LIST}, true, &qk, &qnp);
     compare_search(cpu, g.ix, q, {120, 40, 150, GPUIVF_CUDA_LUT_PER_LIST}, true, &qk, &qnp);
+}
+
+// Two searches in flight at once on two resources objects (the GPU worker's
+// search streams), on the same index, with host arrays: each gives the
+// synchronous search's bits; one search at a time per resources object.
+TEST(IvfPq, AsyncSearchesOnTwoStreams) {
+    REQUIRE_GPU();
+    const int d = 32, k = 10;
+    gt::CpuIvfPq cpu;
+    cpu.train(Metric::L2, gt::clustered_vectors(8000, d, 50, 41), d, 40, 8, 8);
+    GpuIndex g;
+    load(cpu, true, &g);
+    gpuivf_cuda_resources *second = nullptr;
+    EXPECT_GPU_OK(gpuivf_cuda_resources_create(0, 64 << 20, &second));
+    const int64_t na = 37, nb = 5;
+    const std::vector<float> qa = gt::clustered_vectors(na, d, 50, 42), qb = gt::clustered_vectors(nb, d, 50, 43);
+    std::vector<int32_t> npa(na), npb(nb);
+    for (int64_t i = 0; i < na; i++) npa[i] = 1 + static_cast<int>(i % 20);
+    for (int64_t i = 0; i < nb; i++) npb[i] = 20 - static_cast<int>(i);
+    gpuivf_cuda_search_params pa{k, 20, 40, GPUIVF_CUDA_LUT_PER_LIST, nullptr, npa.data()};
+    gpuivf_cuda_search_params pb{k, 20, 40, GPUIVF_CUDA_LUT_PER_LIST, nullptr, npb.data()};
+    std::vector<double> ref_da(na * k), ref_db(nb * k), da(na * k), db(nb * k);
+    std::vector<uint64_t> ref_ia(na * k), ref_ib(nb * k), ia(na * k), ib(nb * k);
+    EXPECT_GPU_OK(gpuivf_cuda_index_search(gt::gpu(), g.ix, qa.data(), na, &pa, ref_da.data(), ref_ia.data()));
+    EXPECT_GPU_OK(gpuivf_cuda_index_search(second, g.ix, qb.data(), nb, &pb, ref_db.data(), ref_ib.data()));
+    for (int round = 0; round < 3; round++) {
+        gt::poison_nan(da);
+        gt::poison_nan(db);
+        gt::poison(ia);
+        gt::poison(ib);
+        EXPECT_GPU_OK(gpuivf_cuda_index_search_async(gt::gpu(), g.ix, qa.data(), na, &pa, da.data(), ia.data()));
+        EXPECT_GPU_OK(gpuivf_cuda_index_search_async(second, g.ix, qb.data(), nb, &pb, db.data(), ib.data()));
+        // a second search on a busy resources object is refused, not queued
+        std::vector<double> dx(k);
+        std::vector<uint64_t> ix(k);
+        EXPECT_EQ(gpuivf_cuda_index_search(second, g.ix, qb.data(), 1, &pb, dx.data(), ix.data()).code,
+                  GPUIVF_CUDA_INVALID_ARGUMENT);
+        int32_t done = 0;
+        for (int spin = 0; spin < 10000000 && !done; spin++) EXPECT_GPU_OK(gpuivf_cuda_search_done(second, &done));
+        EXPECT_EQ(done, 1);
+        EXPECT_GPU_OK(gpuivf_cuda_search_wait(second));
+        EXPECT_GPU_OK(gpuivf_cuda_search_wait(gt::gpu()));
+        EXPECT_GPU_OK(gpuivf_cuda_search_wait(gt::gpu())); // nothing pending: a no-op
+        EXPECT_EQ(ia, ref_ia);
+        EXPECT_EQ(ib, ref_ib);
+        for (size_t i = 0; i < da.size(); i++) EXPECT_TRUE(gt::same_bits(da[i], ref_da[i])) << "a " << i;
+        for (size_t i = 0; i < db.size(); i++) EXPECT_TRUE(gt::same_bits(db[i], ref_db[i])) << "b " << i;
+    }
+    gpuivf_cuda_resources_destroy(second);
 }
 
 TEST(IvfPq, AppendAndRemove) {

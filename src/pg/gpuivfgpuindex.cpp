@@ -1,7 +1,9 @@
 /*
  * gpuivfgpuindex.cpp — the GPU-resident copies of gpuivf indexes held by one
  * GPU worker: loading them from the index pages, keeping them current, LRU
- * eviction, and the batched search of one index.
+ * eviction (the searches themselves: gpuivfgpusearch.cpp).  Every change
+ * of a copy first drains the searches in flight on the worker's search
+ * streams (GpuivfDrainSearches), which may still read it.
  *
  * Pages.  The worker serves every database but is connected to none: it
  * reads an index's pages through shared buffers by relfilenode
@@ -214,6 +216,7 @@ PublishCache(void)
 static void
 DropCopy(GpuIndex *ix)
 {
+    GpuivfDrainSearches();
     if (ix->gindex != NULL)
         (void) GpuivfCuda.gpuivf_cuda_index_destroy(ix->gindex);
     ix->gindex = NULL;
@@ -738,6 +741,9 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
     int64       nremove = 0;
     bool        fresh;
 
+    /* the copy changes: no search in flight may still read it */
+    GpuivfDrainSearches();
+
     ReadMetaPage(ix, &meta1);
     if (!GpuivfMetaIsTrained(&meta1) || meta1.train_id != req->train_id ||
         meta1.dims != (uint32) req->dims)
@@ -901,314 +907,25 @@ GetCopy(const GpuivfRequestSlot *req, uint64 generation)
     return ix;
 }
 
-/* --------------------------------------------------------- searching */
-
-/* A query of a search group: where it came from and what it asks. */
-typedef struct GroupQuery
-{
-    int         req;            /* request of the group */
-    int         pos;            /* query number in that request */
-    int32       k;
-    int32       nprobe;
-    int32       candidates;     /* re-ranked exactly; 0: ADC order */
-} GroupQuery;
-
-static int
-CompareCandidates(const void *a, const void *b)
-{
-    const GroupQuery *x = (const GroupQuery *) a;
-    const GroupQuery *y = (const GroupQuery *) b;
-
-    if (x->candidates != y->candidates)
-        return x->candidates < y->candidates ? -1 : 1;
-    if (x->req != y->req)
-        return x->req < y->req ? -1 : 1;
-    return x->pos < y->pos ? -1 : (x->pos > y->pos ? 1 : 0);
-}
-
-/* A shard's ADC candidate, sorted by id to find each re-ranked one's ADC. */
-typedef struct IdAdc
-{
-    uint64      id;
-    double      adc;
-} IdAdc;
-
-static int
-CompareIdAdc(const void *a, const void *b)
-{
-    uint64      x = ((const IdAdc *) a)->id;
-    uint64      y = ((const IdAdc *) b)->id;
-
-    return x < y ? -1 : (x > y ? 1 : 0);
-}
-
-/* ADC distance of id among the n candidates (sorted by id), +inf when absent
- * (the two engine calls select the same candidates, so it is not). */
-static double
-AdcOf(uint64 id, const IdAdc *sorted, int n)
-{
-    int         lo = 0;
-    int         hi = n;
-
-    while (lo < hi)
-    {
-        int         mid = lo + (hi - lo) / 2;
-
-        if (sorted[mid].id < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < n && sorted[lo].id == id ? sorted[lo].adc : get_float8_infinity();
-}
-
 /*
- * Search the queries of every request of the group (one index): one engine
- * call per candidate count.  A query's candidates are max(k, rerank) when
- * the index stores vectors (re-ranked exactly), else none (ADC order, k
- * rows), exactly as on the CPU (gpuivfsearch.cpp), so its answer never
- * depends on the queries it is batched with; within a call each query
- * keeps its own k and nprobe.
- *
- * A shard's request (nshards > 1) returns, per query, all `candidates`
- * best entries by ADC among the probed lists this shard holds, sorted by
- * exact distance, each with the ADC distance it was selected by (two engine
- * calls: ADC order, then re-ranked); without stored vectors its k best by
- * ADC.  The backend merges the shards (gpuivfclient.cpp).
+ * The GPU copy that serves a search request of at least `generation`
+ * (loaded, or caught up, first), published in gpuivf_stat.
  */
-void
-GpuivfServeSearchGroup(int worker, int *slotnos, int n)
+GpuivfCopyRef
+GpuivfGetCopyFor(const GpuivfRequestSlot *req, uint64 generation)
 {
-    GpuivfRequestSlot *first = &GpuivfShmem->slots[slotnos[0]];
-    GpuivfWorkerSlot *w = &GpuivfShmem->workers[worker];
-    uint64      generation = 0;
-    int64       nq = 0;
-    int         dims = first->dims;
-    bool        sharded = first->nshards > 1;
-    bool        stores_vectors;
-    GroupQuery *gq;
-    float      *queries;
-    int32      *qk;
-    int32      *qnp;
-    double     *dist;
-    uint64     *ids;
-    double     *adc_dist = NULL;
-    uint64     *adc_ids = NULL;
-    IdAdc      *by_id = NULL;
-    int        *req_batch;
-    double     *req_gpu_ms;
-    int64      *req_reranked;
-    GpuIndex   *ix;
+    GpuIndex   *ix = GetCopy(req, generation);
+    GpuivfCopyRef ref;
 
-    if (first->nshards < 1 || first->nshards > GPUIVF_MAX_WORKERS || first->shard < 0 ||
-        first->shard >= first->nshards || (sharded && first->target_worker != worker))
-        elog(ERROR, "gpuivf GPU worker %d got a malformed shard request (shard %d of %d for worker %d)",
-             worker, first->shard, first->nshards, first->target_worker);
-    for (int i = 0; i < n; i++)
-    {
-        GpuivfRequestSlot *r = &GpuivfShmem->slots[slotnos[i]];
+    ref.gindex = ix->gindex;
+    ref.stores_vectors = (ix->meta.flags & GPUIVF_META_RERANK) != 0;
+    ref.entries = ix->entries;
+    return ref;
+}
 
-        if (r->nq < 1 || r->kmax < 1 || r->kmax > GPUIVF_CUDA_MAX_K || r->dims != dims ||
-            GpuivfSearchPayloadLayout(r->nq, dims, r->kmax, sharded).total > GpuivfShmem->payload_bytes)
-            elog(ERROR, "gpuivf GPU worker got a malformed search request (%d queries, k %d, %d dimensions)",
-                 r->nq, r->kmax, r->dims);
-        generation = Max(generation, r->generation);
-        nq += r->nq;
-    }
-    ix = GetCopy(first, generation);
-    stores_vectors = (ix->meta.flags & GPUIVF_META_RERANK) != 0;
-
-    /* every query with its own k, nprobe and candidates, sorted by candidates */
-    gq = (GroupQuery *) palloc_extended(sizeof(GroupQuery) * nq, MCXT_ALLOC_HUGE);
-    nq = 0;
-    for (int i = 0; i < n; i++)
-    {
-        GpuivfRequestSlot *r = &GpuivfShmem->slots[slotnos[i]];
-        char       *payload = GpuivfSlotPayload(slotnos[i]);
-        GpuivfSearchLayout l = GpuivfSearchPayloadLayout(r->nq, dims, r->kmax, sharded);
-        const int32 *rk = (const int32 *) (payload + l.k_off);
-        const int32 *rnp = (const int32 *) (payload + l.nprobe_off);
-        const int32 *rrr = (const int32 *) (payload + l.rerank_off);
-
-        for (int q = 0; q < r->nq; q++)
-        {
-            GroupQuery *g = &gq[nq++];
-
-            if (rk[q] < 1 || rk[q] > r->kmax || rnp[q] < 1 || rnp[q] > GPUIVF_CUDA_MAX_NPROBE ||
-                rrr[q] < 0 || rrr[q] > GPUIVF_CUDA_MAX_K)
-                elog(ERROR, "gpuivf GPU worker got a malformed search query (k %d of %d, nprobe %d, candidates %d)",
-                     rk[q], r->kmax, rnp[q], rrr[q]);
-            g->req = i;
-            g->pos = q;
-            g->k = rk[q];
-            g->nprobe = rnp[q];
-            g->candidates = stores_vectors ? Max(rk[q], rrr[q]) : 0;
-            /* a shard returns all its candidates: they must fit the stride */
-            if (sharded && g->candidates > r->kmax)
-                elog(ERROR, "gpuivf GPU worker got a malformed shard query (%d candidates, stride %d)",
-                     g->candidates, r->kmax);
-        }
-    }
-    qsort(gq, nq, sizeof(GroupQuery), CompareCandidates);
-
-    queries = (float *) palloc_extended(sizeof(float) * nq * dims, MCXT_ALLOC_HUGE);
-    qk = (int32 *) palloc(sizeof(int32) * nq);
-    qnp = (int32 *) palloc(sizeof(int32) * nq);
-    req_batch = (int *) palloc0(sizeof(int) * n);
-    req_gpu_ms = (double *) palloc0(sizeof(double) * n);
-    req_reranked = (int64 *) palloc0(sizeof(int64) * n);
-
-    for (int64 start = 0; start < nq;)
-    {
-        int64       end = start;
-        int         kmax = 1;
-        int         npmax = 1;
-        int64       m;
-        int         candidates = gq[start].candidates;
-        bool        two_calls = sharded && candidates > 0;
-        gpuivf_cuda_search_params params;
-        instr_time  t0, t1;
-        double      gpu_ms;
-
-        /* [start, end): the queries of one candidate count */
-        while (end < nq && gq[end].candidates == candidates)
-            end++;
-        m = end - start;
-        for (int64 j = 0; j < m; j++)
-        {
-            const GroupQuery *g = &gq[start + j];
-            GpuivfSearchLayout l = GpuivfSearchPayloadLayout(GpuivfShmem->slots[slotnos[g->req]].nq,
-                                                             dims,
-                                                             GpuivfShmem->slots[slotnos[g->req]].kmax,
-                                                             sharded);
-
-            memcpy(queries + j * dims,
-                   GpuivfSlotPayload(slotnos[g->req]) + l.vec_off + sizeof(float) * (Size) g->pos * dims,
-                   sizeof(float) * dims);
-            /* a shard answers with all its candidates, the merge picks k */
-            qk[j] = two_calls ? candidates : g->k;
-            qnp[j] = g->nprobe;
-            kmax = Max(kmax, qk[j]);
-            npmax = Max(npmax, g->nprobe);
-        }
-
-        dist = (double *) palloc_extended(sizeof(double) * m * kmax, MCXT_ALLOC_HUGE);
-        ids = (uint64 *) palloc_extended(sizeof(uint64) * m * kmax, MCXT_ALLOC_HUGE);
-        memset(&params, 0, sizeof(params));
-        params.k = kmax;
-        params.nprobe = npmax;
-        /* per-list tables: ADC scores bit-identical to the CPU engine's */
-        params.lut_mode = GPUIVF_CUDA_LUT_PER_LIST;
-        params.query_k = qk;
-        params.query_nprobe = qnp;
-        INSTR_TIME_SET_CURRENT(t0);
-        if (two_calls)
-        {
-            /* the candidates in ADC order, with the distances they were
-             * selected by; then the same candidates re-ranked */
-            adc_dist = (double *) palloc_extended(sizeof(double) * m * kmax, MCXT_ALLOC_HUGE);
-            adc_ids = (uint64 *) palloc_extended(sizeof(uint64) * m * kmax, MCXT_ALLOC_HUGE);
-            by_id = (IdAdc *) palloc(sizeof(IdAdc) * kmax);
-            params.rerank_candidates = 0;
-            GpuivfCheckCuda(GpuivfCuda.gpuivf_cuda_index_search(GpuivfCudaRes, ix->gindex, queries, m,
-                                                                &params, adc_dist, adc_ids),
-                            "search a GPU index shard");
-        }
-        params.rerank_candidates = candidates;
-        GpuivfCheckCuda(GpuivfCuda.gpuivf_cuda_index_search(GpuivfCudaRes, ix->gindex, queries, m,
-                                                            &params, dist, ids),
-                        "search a GPU index");
-        INSTR_TIME_SET_CURRENT(t1);
-        INSTR_TIME_SUBTRACT(t1, t0);
-        gpu_ms = INSTR_TIME_GET_MILLISEC(t1);
-
-        pg_atomic_fetch_add_u64(&w->batches, 1);
-        pg_atomic_fetch_add_u64(&w->queries, (uint64) m);
-        pg_atomic_fetch_add_u64(&w->gpu_us, (uint64) (gpu_ms * 1000.0));
-        {
-            uint64      cur = pg_atomic_read_u64(&w->max_batch);
-
-            while ((uint64) m > cur &&
-                   !pg_atomic_compare_exchange_u64(&w->max_batch, &cur, (uint64) m))
-                ;
-        }
-
-        /* answers back into each request's payload */
-        for (int64 j = 0; j < m; j++)
-        {
-            const GroupQuery *g = &gq[start + j];
-            GpuivfRequestSlot *r = &GpuivfShmem->slots[slotnos[g->req]];
-            char       *payload = GpuivfSlotPayload(slotnos[g->req]);
-            GpuivfSearchLayout l = GpuivfSearchPayloadLayout(r->nq, dims, r->kmax, sharded);
-            uint64     *rids = (uint64 *) (payload + l.ids_off) + (Size) g->pos * r->kmax;
-            double     *rdist = (double *) (payload + l.dist_off) + (Size) g->pos * r->kmax;
-            double     *radc = (double *) (payload + l.adc_off) + (Size) g->pos * r->kmax;
-            const uint64 *src_ids = ids + j * kmax;
-            const double *src_d = dist + j * kmax;
-            int         got = 0;
-
-            if (two_calls)
-            {
-                /* this query's ADC candidates by id */
-                for (int t = 0; t < qk[j]; t++)
-                {
-                    by_id[t].id = adc_ids[j * kmax + t];
-                    by_id[t].adc = adc_dist[j * kmax + t];
-                }
-                qsort(by_id, qk[j], sizeof(IdAdc), CompareIdAdc);
-            }
-
-            for (int t = 0; t < qk[j]; t++)
-            {
-                bool        dup = false;
-
-                if (src_ids[t] == UINT64_MAX)
-                    break;
-                /* a heap TID twice (reuse during a load) is returned once */
-                for (int u = 0; u < got && !dup; u++)
-                    dup = rids[u] == src_ids[t];
-                if (dup)
-                    continue;
-                rids[got] = src_ids[t];
-                rdist[got] = src_d[t];
-                if (sharded)
-                    radc[got] = two_calls
-                        ? AdcOf(src_ids[t], by_id, qk[j])
-                        : src_d[t];
-                got++;
-            }
-            ((int32 *) (payload + l.nhits_off))[g->pos] = got;
-            req_batch[g->req] = Max(req_batch[g->req], (int) m);
-            /* each call of a request counts once towards its GPU time */
-            if (j == 0 || gq[start + j - 1].req != g->req)
-                req_gpu_ms[g->req] += gpu_ms;
-            /* the engine re-ranks the best `candidates` of the probed
-             * lists; the CPU would count fewer only when those lists hold
-             * fewer entries */
-            req_reranked[g->req] += Min((int64) g->candidates, ix->entries);
-        }
-        pfree(dist);
-        pfree(ids);
-        if (adc_dist != NULL)
-        {
-            pfree(adc_dist);
-            pfree(adc_ids);
-            pfree(by_id);
-            by_id = NULL;
-            adc_dist = NULL;
-            adc_ids = NULL;
-        }
-        start = end;
-    }
-
-    for (int i = 0; i < n; i++)
-    {
-        GpuivfRequestSlot *r = &GpuivfShmem->slots[slotnos[i]];
-
-        r->result = GPUIVF_RESULT_OK;
-        r->batch_size = req_batch[i];
-        r->gpu_ms = req_gpu_ms[i];
-        r->reranked = req_reranked[i];
-    }
+/* Publish this worker's cache after a search (last-use times). */
+void
+GpuivfPublishCache(void)
+{
     PublishCache();
 }

@@ -40,6 +40,7 @@ int         gpuivf_gpu_memory_limit = 0;
 int         gpuivf_worker_timeout = 60000;
 int         gpuivf_request_buffer = 128;
 int         gpuivf_shards = 0;
+int         gpuivf_search_streams = 2;
 char       *gpuivf_engine_library = NULL;
 
 int         GpuivfRegisteredWorkers = 0;
@@ -205,6 +206,11 @@ GpuivfWorkerInit(void)
                             "Larger batches of queries are sent in several requests.",
                             &gpuivf_request_buffer, 128, 64, 65536, PGC_POSTMASTER, GUC_UNIT_KB,
                             NULL, NULL, NULL);
+    DefineCustomIntVariable("gpuivf.search_streams",
+                            "Searches each GPU worker keeps running on the GPU at once.",
+                            "With more than one, the worker prepares and starts the next batch while the GPU still searches the previous ones.",
+                            &gpuivf_search_streams, 2, 1, 4, PGC_POSTMASTER, 0,
+                            NULL, NULL, NULL);
     DefineCustomStringVariable("gpuivf.engine_library",
                                "GPU engine module the GPU workers load (empty = $libdir/gpuivf_gpu).",
                                "Tests point it at a CPU stand-in (test/gpu/fake_engine.cpp).",
@@ -217,14 +223,13 @@ GpuivfWorkerInit(void)
 
 /* ------------------------------------------------------------- engine */
 
-/* Raise a failed engine call; a device error also marks the context lost. */
-void
-GpuivfCheckCuda(const gpuivf_cuda_status &st, const char *what)
+/* The SQLSTATE of a failed engine call; a device error also marks the
+ * context lost. */
+int
+GpuivfCudaErrcode(const gpuivf_cuda_status &st)
 {
     int         code;
 
-    if (st.code == GPUIVF_CUDA_OK)
-        return;
     switch (st.code)
     {
         case GPUIVF_CUDA_OUT_OF_MEMORY:
@@ -242,6 +247,18 @@ GpuivfCheckCuda(const gpuivf_cuda_status &st, const char *what)
             code = ERRCODE_INTERNAL_ERROR;
             break;
     }
+    return code;
+}
+
+/* Raise a failed engine call; a device error also marks the context lost. */
+void
+GpuivfCheckCuda(const gpuivf_cuda_status &st, const char *what)
+{
+    int         code;
+
+    if (st.code == GPUIVF_CUDA_OK)
+        return;
+    code = GpuivfCudaErrcode(st);
     ereport(ERROR,
             (errcode(code),
              errmsg("gpuivf GPU engine failed to %s: %s", what, st.message)));
@@ -294,6 +311,9 @@ LoadEngine(char *why, Size whylen)
     GPUIVF_RESOLVE(gpuivf_cuda_index_remove);
     GPUIVF_RESOLVE(gpuivf_cuda_index_get_stats);
     GPUIVF_RESOLVE(gpuivf_cuda_index_search);
+    GPUIVF_RESOLVE(gpuivf_cuda_index_search_async);
+    GPUIVF_RESOLVE(gpuivf_cuda_search_done);
+    GPUIVF_RESOLVE(gpuivf_cuda_search_wait);
     GPUIVF_RESOLVE(gpuivf_cuda_exact_knn);
 #undef GPUIVF_RESOLVE
     return true;
@@ -332,6 +352,8 @@ StartEngine(GpuivfWorkerSlot *w, int device, char *why, Size whylen)
         snprintf(why, whylen, "cannot use CUDA device %d: %s", device, st.message);
         return false;
     }
+    /* before measuring the free memory: the streams take some */
+    GpuivfSearchStreamsStart(device, gpuivf_search_streams);
     memset(&info, 0, sizeof(info));
     st = GpuivfCuda.gpuivf_cuda_get_device_info(GpuivfCudaRes, &info);
     if (st.code != GPUIVF_CUDA_OK)
@@ -402,16 +424,23 @@ static void
 ServeGroup(int worker, int *slotnos, int n, MemoryContext batchcxt)
 {
     GpuivfRequestSlot *first = &GpuivfShmem->slots[slotnos[0]];
+    volatile bool later = false;
 
     PG_TRY();
     {
         StartTransactionCommand();
         if (first->kind == GPUIVF_KIND_SEARCH)
-            GpuivfServeSearchGroup(worker, slotnos, n);
-        else if (first->kind == GPUIVF_KIND_EXACT_KNN)
-            GpuivfServeExactKnn(worker, slotnos[0]);
+            later = GpuivfServeSearchGroup(worker, slotnos, n);
         else
-            GpuivfServeBuild(worker, slotnos[0]);
+        {
+            /* builds and exact kNN use the main resources, which the
+             * search streams share */
+            GpuivfDrainSearches();
+            if (first->kind == GPUIVF_KIND_EXACT_KNN)
+                GpuivfServeExactKnn(worker, slotnos[0]);
+            else
+                GpuivfServeBuild(worker, slotnos[0]);
+        }
         CommitTransactionCommand();
     }
     PG_CATCH();
@@ -437,10 +466,13 @@ ServeGroup(int worker, int *slotnos, int n, MemoryContext batchcxt)
                 (errmsg("gpuivf GPU worker %d could not serve %d request(s): %s",
                         worker, n, edata->message ? edata->message : "unknown error")));
         FreeErrorData(edata);
+        later = false;
     }
     PG_END_TRY();
-    for (int i = 0; i < n; i++)
-        GpuivfFinishRequest(worker, slotnos[i]);
+    /* a group on a search stream is answered when the stream is done */
+    if (!later)
+        for (int i = 0; i < n; i++)
+            GpuivfFinishRequest(worker, slotnos[i]);
 }
 
 /* Group the taken requests by index and serve each group. */
@@ -512,6 +544,20 @@ IdleWithoutGpu(int worker, const char *why)
     }
 }
 
+/* SIGHUP: the settings again, and the memory limit they give. */
+static void
+ReloadConfigIfPending(GpuivfWorkerSlot *w)
+{
+    if (!ConfigReloadPending)
+        return;
+    ConfigReloadPending = false;
+    ProcessConfigFile(PGC_SIGHUP);
+    SpinLockAcquire(&w->mutex);
+    w->memory_limit = gpuivf_gpu_memory_limit > 0
+        ? (int64) gpuivf_gpu_memory_limit * 1024 : AutoMemoryLimit;
+    SpinLockRelease(&w->mutex);
+}
+
 /* The background worker's entry point. */
 void
 GpuivfWorkerMain(Datum main_arg)
@@ -570,6 +616,7 @@ GpuivfWorkerMain(Datum main_arg)
         EmitErrorReport();
         AbortOutOfAnyTransaction();
         FlushErrorState();
+        GpuivfForgetSearches();
         GpuivfFailTakenRequests(worker, w->incarnation, "the gpuivf GPU worker hit an error");
         MemoryContextSwitchTo(TopMemoryContext);
         MemoryContextReset(batchcxt);
@@ -582,11 +629,31 @@ GpuivfWorkerMain(Datum main_arg)
     for (;;)
     {
         int         n;
+        bool        in_flight = GpuivfSearchesInFlight() > 0;
 
-        /* idle before the last look, so a submitter that finds us idle wakes us */
-        pg_atomic_write_u32(&w->idle, 1);
-        pg_memory_barrier();
+        /* idle before the last look, so a submitter that finds us idle
+         * wakes us (with searches in flight we look again anyway) */
+        if (!in_flight)
+        {
+            pg_atomic_write_u32(&w->idle, 1);
+            pg_memory_barrier();
+        }
         n = GpuivfTakeRequests(worker, slotnos, GPUIVF_MAX_TAKE);
+        if (n == 0 && in_flight)
+        {
+            /* the GPU works: answer what it finished, else look again */
+            if (!GpuivfFinishSearches(false))
+                pg_spin_delay();
+            if (GpuivfCudaBroken)
+            {
+                ereport(LOG,
+                        (errmsg("gpuivf GPU worker %d restarts after a CUDA error", worker)));
+                proc_exit(1);
+            }
+            CHECK_FOR_INTERRUPTS();
+            ReloadConfigIfPending(w);
+            continue;
+        }
         if (n == 0)
         {
             pgstat_report_activity(STATE_IDLE, NULL);
@@ -594,15 +661,7 @@ GpuivfWorkerMain(Datum main_arg)
                              PG_WAIT_EXTENSION);
             ResetLatch(MyLatch);
             CHECK_FOR_INTERRUPTS();
-            if (ConfigReloadPending)
-            {
-                ConfigReloadPending = false;
-                ProcessConfigFile(PGC_SIGHUP);
-                SpinLockAcquire(&w->mutex);
-                w->memory_limit = gpuivf_gpu_memory_limit > 0
-                    ? (int64) gpuivf_gpu_memory_limit * 1024 : AutoMemoryLimit;
-                SpinLockRelease(&w->mutex);
-            }
+            ReloadConfigIfPending(w);
             continue;
         }
         pg_atomic_write_u32(&w->idle, 0);

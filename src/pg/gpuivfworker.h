@@ -288,6 +288,9 @@ typedef struct GpuivfCudaApi
     GPUIVF_CUDA_FN(gpuivf_cuda_index_remove);
     GPUIVF_CUDA_FN(gpuivf_cuda_index_get_stats);
     GPUIVF_CUDA_FN(gpuivf_cuda_index_search);
+    GPUIVF_CUDA_FN(gpuivf_cuda_index_search_async);
+    GPUIVF_CUDA_FN(gpuivf_cuda_search_done);
+    GPUIVF_CUDA_FN(gpuivf_cuda_search_wait);
     GPUIVF_CUDA_FN(gpuivf_cuda_exact_knn);
 #undef GPUIVF_CUDA_FN
 } GpuivfCudaApi;
@@ -299,12 +302,32 @@ extern int  GpuivfMyWorker;                 /* worker number, -1 elsewhere */
 /* A CUDA status as an ERROR; device errors also end the worker after the
  * current batch (the context may be unusable). */
 void        GpuivfCheckCuda(const gpuivf_cuda_status &st, const char *what);
+/* Its SQLSTATE (a device error marks the context lost), for errors
+ * answered as data. */
+int         GpuivfCudaErrcode(const gpuivf_cuda_status &st);
 extern bool GpuivfCudaBroken;
 
 /* gpuivfgpuindex.cpp: the GPU-resident indexes of this worker */
+typedef struct GpuivfCopyRef
+{
+    gpuivf_cuda_index *gindex;
+    bool        stores_vectors; /* exact re-rank possible */
+    int64       entries;
+} GpuivfCopyRef;
 void        GpuivfGpuCacheInit(void);
 void        GpuivfGpuCacheReset(void);      /* drop everything (context lost) */
-void        GpuivfServeSearchGroup(int worker, int *slotnos, int n);
+GpuivfCopyRef GpuivfGetCopyFor(const GpuivfRequestSlot *req, uint64 generation);
+void        GpuivfPublishCache(void);
+
+/* gpuivfgpusearch.cpp: searches, on search streams when they can */
+extern int  gpuivf_search_streams;      /* gpuivf.search_streams */
+void        GpuivfSearchStreamsStart(int device, int nstreams);
+bool        GpuivfServeSearchGroup(int worker, int *slotnos, int n);   /* true: answered later */
+int         GpuivfSearchesInFlight(void);
+bool        GpuivfFinishSearches(bool wait);
+void        GpuivfDrainSearches(void);
+void        GpuivfForgetSearches(void);
+
 void        GpuivfServeBuild(int worker, int slotno);
 /* gpuivfworker.cpp: EXACT_KNN (ANALYZE ground truth) */
 void        GpuivfServeExactKnn(int worker, int slotno);

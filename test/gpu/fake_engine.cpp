@@ -48,6 +48,10 @@ struct gpuivf_cuda_resources {
     int device = 0;
     gpuivf_cuda_cancel_fn cancel = nullptr;
     void *cancel_arg = nullptr;
+    /* index_search_async runs the search at once and keeps its status for
+     * search_wait (errors surface where the real engine reports them) */
+    bool search_pending = false;
+    gpuivf_cuda_status pending_status{};
 };
 
 struct FakeList {
@@ -388,6 +392,32 @@ gpuivf_cuda_status gpuivf_cuda_index_search(gpuivf_cuda_resources *, gpuivf_cuda
     } catch (...) {
         return make_status(GPUIVF_CUDA_OUT_OF_MEMORY, "out of host memory");
     }
+}
+
+/* Asynchronous searches: the search runs here and now; its status waits
+ * for search_wait.  One at a time per resources object, as on the GPU. */
+gpuivf_cuda_status gpuivf_cuda_index_search_async(gpuivf_cuda_resources *res, gpuivf_cuda_index *ix,
+                                                  const float *queries, int64_t nq,
+                                                  const gpuivf_cuda_search_params *p, double *out_distances,
+                                                  uint64_t *out_ids) noexcept {
+    if (res->search_pending)
+        return make_status(GPUIVF_CUDA_INVALID_ARGUMENT, "the search started on these resources was not waited for");
+    gpuivf_cuda_status st = gpuivf_cuda_index_search(res, ix, queries, nq, p, out_distances, out_ids);
+    if (st.code == GPUIVF_CUDA_INVALID_ARGUMENT) return st; /* refused before starting, as on the GPU */
+    res->search_pending = true;
+    res->pending_status = st;
+    return ok();
+}
+
+gpuivf_cuda_status gpuivf_cuda_search_done(gpuivf_cuda_resources *, int32_t *done) noexcept {
+    *done = 1;
+    return ok();
+}
+
+gpuivf_cuda_status gpuivf_cuda_search_wait(gpuivf_cuda_resources *res) noexcept {
+    if (!res->search_pending) return ok();
+    res->search_pending = false;
+    return res->pending_status;
 }
 
 }  // extern "C"
