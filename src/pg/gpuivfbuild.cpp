@@ -84,8 +84,8 @@ typedef struct GpuivfBuildState
     int         cur;            /* the area the scan fills */
     float      *area_raw[2];    /* as given; with the GPU worker, in its DSM segment */
     ItemPointerData *area_tids[2];
-    bool        pending;        /* area 1 - cur is being encoded by the worker */
-    int         pending_n;
+    int         pending_n;      /* > 0: area 1 - cur (that many rows) is being
+                                 * encoded by the worker */
     float      *batch_prep;     /* prepared, for the CPU engine */
     int32      *labels;         /* the CPU engine's answer */
     uint8      *codes;
@@ -416,35 +416,39 @@ SpillToSort(GpuivfBuildState *bs)
 }
 
 /* Buffers of the encoding batches, bounded by a quarter of
- * maintenance_work_mem (two areas of raw rows and one of prepared rows);
+ * maintenance_work_mem (raw and prepared rows; with the GPU worker two
+ * areas of raw rows);
  * the entries stay in memory when the rows seen by the sampling scan fit in
  * half of it (the sample is gone by now).  With the GPU worker the raw rows
  * go straight into its DSM segment's two areas. */
 static void
 StartEncoding(GpuivfBuildState *bs)
 {
-    Size        per_row = (Size) bs->dims * sizeof(float) * 3 + bs->code_size + 16;
+    bool        worker = GpuivfWorkerAvailable();
+    Size        per_row = (Size) bs->dims * sizeof(float) * (worker ? 3 : 2) + bs->code_size + 16;
     Size        budget = (Size) maintenance_work_mem * 1024 / 4;
     int64       cap = (int64) (budget / per_row);
 
-    bs->batch_cap = (int) Max((int64) 64, Min((int64) GPUIVF_ENCODE_BATCH, cap));
     /* the GPU worker wants bigger batches */
-    if (GpuivfWorkerAvailable())
-        bs->batch_cap = (int) Max((int64) 64, Min((int64) 65536, cap));
+    bs->batch_cap = (int) Max((int64) 64, Min(worker ? (int64) 65536 : (int64) GPUIVF_ENCODE_BATCH, cap));
     bs->batch_n = 0;
     bs->cur = 0;
-    bs->pending = false;
+    bs->pending_n = 0;
     bs->encode_job = GpuivfWorkerEncodeBegin(bs->model, bs->batch_cap);
-    for (int a = 0; a < 2; a++)
+    if (bs->encode_job != NULL)
     {
-        if (bs->encode_job != NULL)
+        for (int a = 0; a < 2; a++)
+        {
             bs->area_raw[a] = GpuivfWorkerEncodeArea(bs->encode_job, a);
-        else if (a == 0)
-            bs->area_raw[a] = (float *) palloc((Size) bs->batch_cap * bs->dims * sizeof(float));
-        else
-            bs->area_raw[a] = NULL;
-        bs->area_tids[a] = a == 0 || bs->encode_job != NULL
-            ? (ItemPointerData *) palloc((Size) bs->batch_cap * sizeof(ItemPointerData)) : NULL;
+            bs->area_tids[a] = (ItemPointerData *) palloc((Size) bs->batch_cap * sizeof(ItemPointerData));
+        }
+    }
+    else
+    {
+        bs->area_raw[0] = (float *) palloc((Size) bs->batch_cap * bs->dims * sizeof(float));
+        bs->area_tids[0] = (ItemPointerData *) palloc((Size) bs->batch_cap * sizeof(ItemPointerData));
+        bs->area_raw[1] = NULL;
+        bs->area_tids[1] = NULL;
     }
     bs->batch_prep = (float *) palloc((Size) bs->batch_cap * bs->dims * sizeof(float));
     bs->labels = (int32 *) palloc((Size) bs->batch_cap * sizeof(int32));
@@ -535,21 +539,22 @@ FinishPending(GpuivfBuildState *bs)
     const int32 *labels;
     const uint8 *codes;
     instr_time  t0;
+    int         n = bs->pending_n;
 
-    if (!bs->pending)
+    if (n == 0)
         return;
-    bs->pending = false;
+    bs->pending_n = 0;
     INSTR_TIME_SET_CURRENT(t0);
     if (GpuivfWorkerEncodeWait(bs->encode_job, bs->index, &labels, &codes))
         bs->engine_on_gpu = true;
     else
     {
-        EncodeOnCpu(bs, bs->area_raw[area], bs->pending_n, false);
+        EncodeOnCpu(bs, bs->area_raw[area], n, false);
         labels = bs->labels;
         codes = bs->codes;
     }
     AddEngineTime(bs, t0);
-    ProcessBatch(bs, bs->area_raw[area], bs->area_tids[area], bs->pending_n, labels, codes);
+    ProcessBatch(bs, bs->area_raw[area], bs->area_tids[area], n, labels, codes);
 }
 
 /*
@@ -577,7 +582,6 @@ FlushBatch(GpuivfBuildState *bs)
         AddEngineTime(bs, t0);
         if (submitted)
         {
-            bs->pending = true;
             bs->pending_n = n;
             bs->cur = 1 - bs->cur;
             bs->batch_n = 0;

@@ -595,26 +595,14 @@ GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
 
 /*
  * Submits a filled request and waits for it with no time limit (index
- * builds and exact-kNN answers are long); cancel still works, and
- * gpuivf.worker_timeout is restored even on error.  True when answered.
+ * builds and exact-kNN answers are long); cancel still works.  True when
+ * answered.
  */
 static bool
 SubmitAndWaitUnlimited(GpuivfRequestSlot *slot)
 {
-    int         saved_timeout = gpuivf_worker_timeout;
-    bool        answered;
-
-    gpuivf_worker_timeout = 0;
-    PG_TRY();
-    {
-        answered = GpuivfSubmitAndWait(slot);
-    }
-    PG_FINALLY();
-    {
-        gpuivf_worker_timeout = saved_timeout;
-    }
-    PG_END_TRY();
-    return answered;
+    GpuivfSubmit(slot);
+    return GpuivfWaitAnswer(slot, 0);
 }
 
 /*
@@ -705,7 +693,6 @@ struct GpuivfEncodeJob
     int64       cap;
     GpuivfRequestSlot *pending; /* submitted and not waited for, or NULL */
     int         pending_area;
-    int64       pending_n;
 };
 
 /* The job with a request in flight, for the abort callbacks. */
@@ -816,7 +803,6 @@ GpuivfWorkerEncodeSubmit(GpuivfEncodeJob *job, Relation index, int area, int64 n
     slot->arg[3] = 0;
     job->pending = slot;
     job->pending_area = area;
-    job->pending_n = n;
     PendingEncodeJob = job;
     GpuivfSubmit(slot);
     return true;
@@ -833,24 +819,15 @@ GpuivfWorkerEncodeWait(GpuivfEncodeJob *job, Relation index, const int32 **lists
                        const uint8 **codes)
 {
     GpuivfRequestSlot *slot = job->pending;
-    int         saved_timeout = gpuivf_worker_timeout;
     char       *a;
     bool        answered;
 
     if (slot == NULL)
         return false;
-    gpuivf_worker_timeout = 0;
-    PG_TRY();
-    {
-        answered = GpuivfWaitAnswer(slot);
-    }
-    PG_FINALLY();
-    {
-        gpuivf_worker_timeout = saved_timeout;
-        job->pending = NULL;
-        PendingEncodeJob = NULL;
-    }
-    PG_END_TRY();
+    /* from here the wait owns the request: an error in it abandons it */
+    job->pending = NULL;
+    PendingEncodeJob = NULL;
+    answered = GpuivfWaitAnswer(slot, 0);
     if (!answered || slot->result != GPUIVF_RESULT_OK)
     {
         RequestFailed(index, slot, answered, "encode", 1);

@@ -214,9 +214,11 @@ GpuivfWakeWorker(int preferred)
 
 /* ------------------------------------------------------- backend side */
 
-/* Withdraw or abandon this backend's request, whatever state it is in. */
-static void
-AbandonSlot(GpuivfRequestSlot *slot)
+/* Withdraw or abandon this backend's request, whatever state it is in
+ * (withdrawn, or left to the worker to free); safe in abort callbacks
+ * (spinlock only). */
+void
+GpuivfAbandonRequest(GpuivfRequestSlot *slot)
 {
     SpinLockAcquire(&slot->mutex);
     if (slot->state == GPUIVF_REQ_SUBMITTED || slot->state == GPUIVF_REQ_DONE)
@@ -233,7 +235,7 @@ AbandonAtExit(int code, Datum arg)
     int         slotno = DatumGetInt32(arg);
 
     if (GpuivfShmem != NULL && slotno < GpuivfShmem->nslots)
-        AbandonSlot(&GpuivfShmem->slots[slotno]);
+        GpuivfAbandonRequest(&GpuivfShmem->slots[slotno]);
 }
 
 /* A TAKEN slot whose worker is gone is answered "worker gone" here. */
@@ -387,12 +389,12 @@ GpuivfSubmit(GpuivfRequestSlot *slot)
  * and calls GpuivfReleaseSlot).  The wait is interruptible: an error or
  * FATAL (cancel, statement_timeout, terminate) withdraws or abandons the
  * request first.  It ends in bounded time when the worker disappears (100
- * ms checks: answered "gone").  Returns false when gpuivf.worker_timeout
- * (counted from the submission) passed first: the request is then
- * abandoned and the slot is no longer the caller's.
+ * ms checks: answered "gone").  Returns false when timeout_ms (counted from
+ * the submission; 0: no limit) passed first: the request is then abandoned
+ * and the slot is no longer the caller's.
  */
 bool
-GpuivfWaitAnswer(GpuivfRequestSlot *slot)
+GpuivfWaitAnswer(GpuivfRequestSlot *slot, int timeout_ms)
 {
     TimestampTz start = slot->submitted_at;
     volatile bool answered = true;
@@ -427,10 +429,10 @@ GpuivfWaitAnswer(GpuivfRequestSlot *slot)
                 WithdrawUnanswered(slot, why);
                 continue;
             }
-            if (gpuivf_worker_timeout > 0 &&
-                TimestampDifferenceExceeds(start, GetCurrentTimestamp(), gpuivf_worker_timeout))
+            if (timeout_ms > 0 &&
+                TimestampDifferenceExceeds(start, GetCurrentTimestamp(), timeout_ms))
             {
-                AbandonSlot(slot);
+                GpuivfAbandonRequest(slot);
                 answered = false;
                 break;
             }
@@ -442,27 +444,19 @@ GpuivfWaitAnswer(GpuivfRequestSlot *slot)
     }
     PG_CATCH();
     {
-        AbandonSlot(slot);
+        GpuivfAbandonRequest(slot);
         PG_RE_THROW();
     }
     PG_END_TRY();
     return answered;
 }
 
-/* GpuivfSubmit + GpuivfWaitAnswer. */
+/* GpuivfSubmit + GpuivfWaitAnswer within gpuivf.worker_timeout. */
 bool
 GpuivfSubmitAndWait(GpuivfRequestSlot *slot)
 {
     GpuivfSubmit(slot);
-    return GpuivfWaitAnswer(slot);
-}
-
-/* The backend gives up on its submitted request (withdrawn, or left to
- * the worker to free); safe in abort callbacks (spinlock only). */
-void
-GpuivfAbandonRequest(GpuivfRequestSlot *slot)
-{
-    AbandonSlot(slot);
+    return GpuivfWaitAnswer(slot, gpuivf_worker_timeout);
 }
 
 /* The backend has read the answer: the slot is FREE again. */

@@ -260,9 +260,10 @@ void        GpuivfWakeWorker(int preferred);
  * interruptible (cancel, timeout, exit leave the queue consistent) */
 GpuivfRequestSlot *GpuivfMySlot(void);
 bool        GpuivfSubmitAndWait(GpuivfRequestSlot *slot);   /* false: timed out */
-/* the same in two steps (a build encodes its next batch meanwhile) */
+/* the same in two steps (a build encodes its next batch meanwhile), with
+ * the wait's limit given (0: none, for builds and exact kNN) */
 void        GpuivfSubmit(GpuivfRequestSlot *slot);
-bool        GpuivfWaitAnswer(GpuivfRequestSlot *slot);      /* false: timed out */
+bool        GpuivfWaitAnswer(GpuivfRequestSlot *slot, int timeout_ms);  /* false: timed out */
 void        GpuivfAbandonRequest(GpuivfRequestSlot *slot);
 void        GpuivfReleaseSlot(GpuivfRequestSlot *slot);
 /* worker side */
