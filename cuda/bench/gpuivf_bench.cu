@@ -434,8 +434,12 @@ int main(int argc, char **argv) {
             std::vector<int32_t> hk(bmax, k), hnp(bmax, nprobe);
             std::vector<double> hd(static_cast<size_t>(bmax) * k);
             std::vector<uint64_t> hi(static_cast<size_t>(bmax) * k);
-            for (int lut : {GPUIVF_CUDA_LUT_PER_LIST, GPUIVF_CUDA_LUT_AUTO}) {
-                for (int64_t b : {1, 8, 32, 64, 128, 256}) {
+            /* perlist_nograph: the same calls issued kernel by kernel
+             * (search graphs off), the A/B of search_graph.cu */
+            for (const char *mode : {"perlist", "perlist_nograph", "auto"}) {
+                const int lut = mode[0] == 'p' ? GPUIVF_CUDA_LUT_PER_LIST : GPUIVF_CUDA_LUT_AUTO;
+                CHECK_GPU(gpuivf_cuda_set_search_graphs(res, std::strcmp(mode, "perlist_nograph") ? 1 : 0));
+                for (int64_t b : {1, 8, 16, 32, 64, 128, 256}) {
                     if (b > bmax) continue;
                     gpuivf_cuda_search_params sp{k, nprobe, 40, lut, hk.data(), hnp.data()};
                     const double ms = median_ms(quick ? 5 : 31, [&] {
@@ -449,11 +453,30 @@ int main(int argc, char **argv) {
                         CHECK_GPU(gpuivf_cuda_index_search(res, ix, hq.data(), b, &sp, hd.data(), hi.data()));
                         CHECK_CUDA(cudaProfilerStop());
                     }
-                    R.add(std::string("worker_") + (lut == GPUIVF_CUDA_LUT_PER_LIST ? "perlist" : "auto") + "_b" +
-                              std::to_string(b) + "_us",
-                          ms * 1000.0);
+                    R.add(std::string("worker_") + mode + "_b" + std::to_string(b) + "_us", ms * 1000.0);
                 }
             }
+            /* The host's share of a call: the time the worker's thread spends
+             * in gpuivf_cuda_index_search_async (staging, launches) before it
+             * can go back to its queue. */
+            for (int64_t b : {1, 16, 64}) for (int graphs : {1, 0}) {
+                if (b > bmax) continue;
+                CHECK_GPU(gpuivf_cuda_set_search_graphs(res, graphs));
+                gpuivf_cuda_search_params sp{k, nprobe, 40, GPUIVF_CUDA_LUT_PER_LIST, hk.data(), hnp.data()};
+                std::vector<double> us;
+                for (int r = 0; r < 31; r++) {
+                    const auto t0 = std::chrono::steady_clock::now();
+                    CHECK_GPU(gpuivf_cuda_index_search_async(res, ix, hq.data(), b, &sp, hd.data(), hi.data()));
+                    const auto t1 = std::chrono::steady_clock::now();
+                    CHECK_GPU(gpuivf_cuda_search_wait(res));
+                    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+                }
+                std::sort(us.begin(), us.end());
+                R.add("worker_perlist" + std::string(graphs ? "" : "_nograph") + "_b" + std::to_string(b) +
+                          "_enqueue_us",
+                      us[us.size() / 2]);
+            }
+            CHECK_GPU(gpuivf_cuda_set_search_graphs(res, 1));
         }
 
         /* Where the search time goes: the coarse quantizer alone. */

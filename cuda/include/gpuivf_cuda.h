@@ -96,6 +96,14 @@ typedef int (*gpuivf_cuda_cancel_fn)(void *arg);
 gpuivf_cuda_status gpuivf_cuda_set_cancel_hook(gpuivf_cuda_resources *res, gpuivf_cuda_cancel_fn fn,
                                                void *arg) GPUIVF_CUDA_NOEXCEPT;
 
+/* Searches of few queries from host arrays (nq <= 512, lists <= 4096) are
+ * recorded as a CUDA graph on the first search of each shape (index
+ * version, nq, k, nprobe, re-rank, table mode, largest scan k, which
+ * per-query arrays) and replayed after: one launch instead of a dozen.  On
+ * by default; 0 turns it off and drops the recorded ones (same results
+ * either way: tests and benchmarks compare both). */
+gpuivf_cuda_status gpuivf_cuda_set_search_graphs(gpuivf_cuda_resources *res, int32_t enabled) GPUIVF_CUDA_NOEXCEPT;
+
 typedef struct gpuivf_cuda_device_info {
     char name[128];
     int32_t compute_major, compute_minor;

@@ -146,6 +146,15 @@ gpuivf_cuda_status gpuivf_cuda_set_cancel_hook(gpuivf_cuda_resources *res, gpuiv
     API_END
 }
 
+gpuivf_cuda_status gpuivf_cuda_set_search_graphs(gpuivf_cuda_resources *res, int32_t enabled) noexcept {
+    API_BEGIN
+    Resources &r = check_res(res);
+    GPUIVF_REQUIRE(!r.search_pending, "the search started on these resources was not waited for");
+    r.search_graphs_enabled = enabled != 0;
+    if (!enabled) drop_search_graphs(r);
+    API_END
+}
+
 gpuivf_cuda_status gpuivf_cuda_get_device_info(gpuivf_cuda_resources *res, gpuivf_cuda_device_info *out) noexcept {
     API_BEGIN
     Resources &r = check_res(res);
@@ -511,6 +520,25 @@ gpuivf_cuda_status index_search_call(gpuivf_cuda_resources *res, gpuivf_cuda_ind
         for (int32_t v : qnp)
             GPUIVF_REQUIRE(v >= 1 && v <= p.nprobe, "per-query nprobe %d is out of range 1..%d", v, p.nprobe);
         sp.query_nprobe = qnp.data();
+    }
+    /* from host arrays: a recorded graph of the whole search when it can */
+    double *pinned_d = nullptr;
+    uint64_t *pinned_i = nullptr;
+    if (!is_device_pointer(queries) && !is_device_pointer(out_distances) && !is_device_pointer(out_ids) &&
+        search_recorded(r, *index, queries, nq, sp, &pinned_d, &pinned_i)) {
+        const size_t nd = sizeof(double) * static_cast<size_t>(nq) * p.k;
+        const size_t ni = sizeof(uint64_t) * static_cast<size_t>(nq) * p.k;
+        if (async) {
+            r.pending_copies[0] = {out_distances, pinned_d, nd};
+            r.pending_copies[1] = {out_ids, pinned_i, ni};
+            r.npending_copies = 2;
+            r.search_pending = true;
+            return ok_status();
+        }
+        sync(r);
+        std::memcpy(out_distances, pinned_d, nd);
+        std::memcpy(out_ids, pinned_i, ni);
+        return ok_status();
     }
     r.pinned_top = 0; /* the previous call is over: its pinned bytes are free */
     Input<float> q(r, queries, nq * index->d, true);

@@ -3,6 +3,7 @@
  * removing ids, re-laying out the CSR lists, reading a list back.
  */
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "index.h"
@@ -198,6 +199,7 @@ EntryArrays arrays_of(Index &ix) {
  * are allocated before the old ones are released: on failure the index is
  * unchanged. */
 void relayout(Resources &res, Index &ix, const std::vector<int64_t> &new_capacity, const uint8_t *keep) {
+    index_changed(ix);
     std::vector<int64_t> new_offset(ix.nlist);
     int64_t total = 0;
     for (int l = 0; l < ix.nlist; l++) {
@@ -247,6 +249,11 @@ void relayout(Resources &res, Index &ix, const std::vector<int64_t> &new_capacit
 
 }  // namespace
 
+void index_changed(Index &ix) {
+    static std::atomic<uint64_t> next_version{1};
+    ix.version = next_version.fetch_add(1);
+}
+
 ModelView index_model(const Index &ix) {
     return ModelView{ix.metric, ix.d, ix.nlist, ix.m, ix.nbits, ix.centroids.data(), ix.codebook.data()};
 }
@@ -268,6 +275,7 @@ __global__ void transpose_codebook_kernel(const float *in, int m, int ksub, int 
 
 void index_init(Resources &res, Index &ix, Metric metric, int d, int nlist, int m, int nbits, const float *centroids,
                 const float *codebook, bool store_vectors) {
+    index_changed(ix);
     ix.res = &res;
     ix.metric = metric;
     ix.d = d;
@@ -356,6 +364,7 @@ void index_add_encoded(Resources &res, Index &ix, int64_t n, const int32_t *list
 
     for (int l = 0; l < ix.nlist; l++) ix.size[l] += add[l];
     ix.count += n;
+    index_changed(ix);
     std::vector<int32_t> sizes(ix.size.begin(), ix.size.end());
     copy_to_device(res, ix.d_size.data(), sizes.data(), ix.nlist);
     sync(res);

@@ -36,6 +36,10 @@ struct gpuivf_cuda_index {
     gpuivf_cuda::DeviceArray<float> codebook_t; /* 8-bit: [ksub][m][dsub], for ivfpq_scan8.cuh */
 
     std::vector<int64_t> offset, size, capacity; /* host copies, per list */
+    /* Unique over all indexes of the process, renewed by every change of the
+     * arrays or list sizes: a recorded search (a CUDA graph, api.cu) is
+     * replayed only for the version it was recorded on. */
+    uint64_t version = 0;
     int64_t total_capacity = 0;
     int64_t count = 0;
     gpuivf_cuda::DeviceArray<uint32_t> d_offset;
@@ -51,6 +55,9 @@ namespace gpuivf_cuda {
 using Index = gpuivf_cuda_index;
 
 ModelView index_model(const Index &ix);
+
+/* Give ix a new version (after any change of its arrays or sizes). */
+void index_changed(Index &ix);
 
 void index_init(Resources &res, Index &ix, Metric metric, int d, int nlist, int m, int nbits,
                 const float *centroids, const float *codebook, bool store_vectors);
@@ -75,9 +82,25 @@ struct SearchParams {
     int lut_mode = 0;
     const int32_t *query_k = nullptr;      /* host, validated */
     const int32_t *query_nprobe = nullptr; /* host, validated */
+    /* Device copies of the per-query arrays, when the caller staged them
+     * (a recorded search, api.cu): search_query_ks's qk and kscan, and
+     * query_nprobe (when given). */
+    const int32_t *staged_qk = nullptr, *staged_kscan = nullptr, *staged_qnp = nullptr;
 };
+
+/* Per-query k of the output (qk) and of the scan (kscan: the re-rank
+ * shortlist when re-ranking), host arrays of nq; returns the largest kscan. */
+int search_query_ks(const SearchParams &p, int64_t nq, int32_t *qk, int32_t *kscan);
 void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, const SearchParams &p,
                   double *out_distances, uint64_t *out_ids);
+
+/* A small search from host arrays as a recorded CUDA graph
+ * (search_graph.cu): recorded on the first search of its shape, replayed
+ * after.  True when it was launched on res.stream; its results are then at
+ * *pinned_distances / *pinned_ids once the stream is done.  False: search
+ * as usual (not recordable; nothing was queued). */
+bool search_recorded(Resources &res, Index &ix, const float *queries, int64_t nq, const SearchParams &p,
+                     double **pinned_distances, uint64_t **pinned_ids);
 
 }  // namespace gpuivf_cuda
 

@@ -190,10 +190,6 @@ __global__ void __launch_bounds__(kSortThreads) knn_small_sort_kernel(const Key 
     }
 }
 
-/* Largest base / batch served by knn_small_kernel. */
-constexpr int64_t kSmallMaxBase = 4096;
-constexpr int64_t kSmallMaxQueries = 512;
-
 }  // namespace
 
 int knn_shortlist(int k, int64_t n, bool exact_rescore) {
@@ -217,7 +213,7 @@ void exact_knn(Resources &res, Metric metric, const float *base, int64_t n, cons
     const bool ip = metric == Metric::InnerProduct;
     const bool cosine = metric == Metric::Cosine;
 
-    if (opts.exact_rescore && !cosine && !opts.gemm_only && n <= kSmallMaxBase && nq <= kSmallMaxQueries) {
+    if (opts.exact_rescore && !cosine && !opts.gemm_only && n <= kKnnDirectMaxBase && nq <= kKnnDirectMaxQueries) {
         int sort_size = 32;
         while (sort_size < n) sort_size *= 2;
         TempBuffer<Key> scored(res, nq * n);

@@ -27,6 +27,11 @@ struct KnnOptions {
 void exact_knn(Resources &res, Metric metric, const float *base, int64_t n, const float *queries, int64_t nq, int d,
                int k, const KnnOptions &opts, float *out_scores, uint64_t *out_ids);
 
+/* The direct path (no GEMM, one stream): exact re-score wanted, not cosine,
+ * at most this many base rows and queries. */
+constexpr int64_t kKnnDirectMaxBase = 4096;
+constexpr int64_t kKnnDirectMaxQueries = 512;
+
 /* The shortlist length exact_knn keeps for k (what src/core keeps too). */
 int knn_shortlist(int k, int64_t n, bool exact_rescore);
 

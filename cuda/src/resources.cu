@@ -104,6 +104,7 @@ void resources_release(Resources &res) noexcept {
     if (res.stream) cudaSetDevice(res.device);
     if (res.stream) cudaStreamSynchronize(res.stream);
     if (res.gemm_stream) cudaStreamSynchronize(res.gemm_stream);
+    drop_search_graphs(res);
     if (res.arena) cudaFree(res.arena);
     if (res.pinned) cudaFreeHost(res.pinned);
     res.pinned = nullptr;

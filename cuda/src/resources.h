@@ -60,6 +60,40 @@ struct gpuivf_cuda_resources {
     PendingCopy pending_copies[2] = {};
     int npending_copies = 0;
 
+    /* Recorded searches (api.cu): a search of a given shape on a given
+     * index version is captured once as a CUDA graph and replayed — one
+     * launch instead of about a dozen calls, the host's share of a small
+     * search.  The graph's inputs and outputs live at fixed places in
+     * `pinned`; its temporary memory at fixed places in the arena (free
+     * between calls: every call releases all it took). */
+    struct SearchGraphKey {
+        const void *index;
+        uint64_t version;
+        int64_t nq;
+        int32_t k, nprobe, rerank, lut_mode, kscan_max;
+        bool query_k, query_nprobe;
+        bool operator==(const SearchGraphKey &o) const {
+            return index == o.index && version == o.version && nq == o.nq && k == o.k && nprobe == o.nprobe &&
+                   rerank == o.rerank && lut_mode == o.lut_mode && kscan_max == o.kscan_max &&
+                   query_k == o.query_k && query_nprobe == o.query_nprobe;
+        }
+    };
+    struct SearchGraph {
+        SearchGraphKey key;
+        cudaGraphExec_t exec;
+        float *queries;             /* pinned: written before each launch */
+        int32_t *qk, *kscan, *qnp;  /* pinned: per-query k, scan k, nprobe */
+        double *distances;          /* pinned: read after it ran */
+        uint64_t *ids;
+        uint64_t last_use;
+    };
+    std::vector<SearchGraph> search_graphs;
+    uint64_t search_graph_clock = 0;
+    bool search_graphs_enabled = true;
+    /* temporary buffers that did not fit the arena (cudaMalloc'd, freed at
+     * the end of the call: a graph must not keep such memory) */
+    uint64_t arena_misses = 0;
+
     gpuivf_cuda_cancel_fn cancel_fn = nullptr;
     void *cancel_arg = nullptr;
 };
@@ -71,6 +105,8 @@ using Resources = gpuivf_cuda_resources;
 /* Create / destroy (throw on failure; destroy never throws). */
 void resources_init(Resources &res, int device, int64_t temp_bytes);
 void resources_release(Resources &res) noexcept;
+/* Destroy the recorded searches (search_graph.cu). */
+void drop_search_graphs(Resources &res) noexcept;
 
 /* Make res's device current for this thread. */
 void use_device(Resources &res);
@@ -113,6 +149,7 @@ public:
         void *p = arena_alloc(res, bytes);
         from_arena_ = p != nullptr;
         if (!p) {
+            res.arena_misses++;
             cudaError_t err = cudaMalloc(&p, bytes);
             if (err != cudaSuccess) {
                 (void)cudaGetLastError();

@@ -34,6 +34,16 @@ __global__ void probes_from_ids_kernel(const uint64_t *ids, int64_t count, int32
 
 }  // namespace
 
+int search_query_ks(const SearchParams &p, int64_t nq, int32_t *qk, int32_t *kscan) {
+    int kscan_max = 1;
+    for (int64_t i = 0; i < nq; i++) {
+        qk[i] = p.query_k ? p.query_k[i] : p.k;
+        kscan[i] = p.rerank > 0 ? std::max(p.rerank, qk[i]) : qk[i];
+        kscan_max = std::max(kscan_max, kscan[i]);
+    }
+    return kscan_max;
+}
+
 void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, const SearchParams &p,
                   double *out_distances, uint64_t *out_ids) {
     if (nq <= 0) return;
@@ -42,15 +52,8 @@ void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, c
     const bool rerank = p.rerank > 0;
     const bool per_list = p.lut_mode == GPUIVF_CUDA_LUT_PER_LIST;
 
-    /* Per-query k of the scan (the re-rank shortlist when re-ranking). */
-    std::vector<int32_t> qk(nq), kscan(nq), qnp;
-    int kscan_max = 1;
-    for (int64_t i = 0; i < nq; i++) {
-        qk[i] = p.query_k ? p.query_k[i] : kout;
-        kscan[i] = rerank ? std::max(p.rerank, qk[i]) : qk[i];
-        kscan_max = std::max(kscan_max, kscan[i]);
-    }
-    if (p.query_nprobe) qnp.assign(p.query_nprobe, p.query_nprobe + nq);
+    std::vector<int32_t> qk(nq), kscan(nq);
+    const int kscan_max = search_query_ks(p, nq, qk.data(), kscan.data());
     const int w = select_bucket(kscan_max);
 
     const size_t lut_bytes = sizeof(float) * (static_cast<size_t>(ix.m_pad) * ix.ksub + 2 * static_cast<size_t>(ix.d));
@@ -67,12 +70,21 @@ void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, c
                    "look-up tables of %d sub-quantizers x %d codes do not fit in the GPU's shared memory", ix.m,
                    ix.ksub);
 
-    TempBuffer<int32_t> d_qk(res, nq), d_kscan(res, nq), d_qnp;
-    stage_to_device(res, d_qk.data(), qk.data(), nq);
-    stage_to_device(res, d_kscan.data(), kscan.data(), nq);
-    if (p.query_nprobe) {
-        d_qnp.allocate(res, nq);
-        stage_to_device(res, d_qnp.data(), qnp.data(), nq);
+    /* the per-query arrays on the device (staged by the caller, or here) */
+    TempBuffer<int32_t> own_qk, own_kscan, own_qnp;
+    const int32_t *dev_qk = p.staged_qk, *dev_kscan = p.staged_kscan, *dev_qnp = p.staged_qnp;
+    if (!dev_qk) {
+        own_qk.allocate(res, nq);
+        own_kscan.allocate(res, nq);
+        stage_to_device(res, own_qk.data(), qk.data(), nq);
+        stage_to_device(res, own_kscan.data(), kscan.data(), nq);
+        dev_qk = own_qk.data();
+        dev_kscan = own_kscan.data();
+        if (p.query_nprobe) {
+            own_qnp.allocate(res, nq);
+            stage_to_device(res, own_qnp.data(), p.query_nprobe, nq);
+            dev_qnp = own_qnp.data();
+        }
     }
 
     const int64_t chunk = std::min<int64_t>(
@@ -118,9 +130,9 @@ void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, c
         a.probe_lists = probe_lists.data();
         a.probe_bias = coarse_scores.data();
         a.probe_ld = npmax;
-        a.query_nprobe = p.query_nprobe ? d_qnp.data() + q0 : nullptr;
+        a.query_nprobe = p.query_nprobe ? dev_qnp + q0 : nullptr;
         a.nprobe = npmax;
-        a.query_k = d_kscan.data() + q0;
+        a.query_k = dev_kscan + q0;
         a.k = kscan_max;
         a.codes = ix.codes.data();
         a.code_chunks = ix.code_chunks;
@@ -150,10 +162,11 @@ void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, c
         const Key *cand = scan_out.data();
         TempBuffer<Key> merged;
         if (splits > 1) {
+            /* the split results are sorted runs of kscan_max keys */
             merged.allocate(res, rows * kscan_max);
             select_keys(res, scan_out.data(), rows, static_cast<int64_t>(splits) * kscan_max,
-                        static_cast<int64_t>(splits) * kscan_max, d_kscan.data() + q0, kscan_max, merged.data(),
-                        kscan_max, kscan_max);
+                        static_cast<int64_t>(splits) * kscan_max, dev_kscan + q0, kscan_max, merged.data(),
+                        kscan_max, kscan_max, kscan_max);
             cand = merged.data();
         }
 
@@ -165,7 +178,7 @@ void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, c
         r.key_ld = kscan_max;
         r.candidates = kscan_max;
         r.rows = rows;
-        r.row_k = d_qk.data() + q0;
+        r.row_k = dev_qk + q0;
         r.k = kout;
         r.ids = ix.ids.data();
         r.queries = raw;

@@ -97,8 +97,9 @@ void keys_to_results(Resources &res, const Key *keys, int64_t key_ld, int64_t ro
 }
 
 void select_keys(Resources &res, const Key *keys, int64_t rows, int64_t cols, int64_t ld, const int32_t *row_k,
-                 int k, Key *out, int64_t out_ld, int out_count) {
+                 int k, Key *out, int64_t out_ld, int out_count, int run_len) {
     SelectRowsArgs a;
+    a.run_len = run_len;
     a.keys = keys;
     a.ld = ld;
     a.rows = rows;
@@ -141,7 +142,7 @@ void select_rows_to_keys(Resources &res, const float *values, int64_t rows, int6
     a.out_ld = k;
     launch_select_rows(w, a, splits, res.stream);
     select_keys(res, partial.data(), rows, static_cast<int64_t>(splits) * k, static_cast<int64_t>(splits) * k,
-                nullptr, k, out, out_ld, k);
+                nullptr, k, out, out_ld, k, k);
 }
 
 }  // namespace gpuivf_cuda

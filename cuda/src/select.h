@@ -35,6 +35,11 @@ struct SelectRowsArgs {
     int64_t init_ld = 0;
     const int32_t *row_k = nullptr; /* per-row k, or */
     int32_t k = 0;
+    /* keys: the row is sorted runs of run_len keys, entries past the row's k
+     * the sentinel (split results).  The k-th of every run bounds the row's
+     * k-th from above, so the smallest of them starts the threshold: most
+     * of each run is rejected at the first compare. */
+    int32_t run_len = 0;
     Key *out = nullptr;            /* row (row * splits + split), out_count keys */
     int64_t out_ld = 0;
     int32_t out_count = 0;         /* <= the bucket; entries >= k are the sentinel */
@@ -130,9 +135,10 @@ void keys_to_results(Resources &res, const Key *keys, int64_t key_ld, int64_t ro
 void select_rows_to_keys(Resources &res, const float *values, int64_t rows, int64_t cols, int64_t ld, int k,
                          int negate, Key *out, int64_t out_ld);
 
-/* Merge: the k best of each row of rows x cols packed keys (device). */
+/* Merge: the k best of each row of rows x cols packed keys (device).
+ * run_len > 0: each row is sorted runs of run_len keys (SelectRowsArgs). */
 void select_keys(Resources &res, const Key *keys, int64_t rows, int64_t cols, int64_t ld,
-                 const int32_t *row_k, int k, Key *out, int64_t out_ld, int out_count);
+                 const int32_t *row_k, int k, Key *out, int64_t out_ld, int out_count, int run_len);
 
 }  // namespace gpuivf_cuda
 

@@ -102,6 +102,18 @@ __global__ void __launch_bounds__(kThreads, SelectMinBlocks<W>::value) select_ro
         }
     }
 
+    if (a.run_len > 0 && active) {
+        /* Sorted runs: no key above the smallest run k-th can be among the
+         * row's k best (that run alone has k keys at or below it). */
+        Key bound = kSentinelKey;
+        const int runs = static_cast<int>(a.cols / a.run_len);
+        for (int r = lane; r < runs; r += 32)
+            bound = key_min(bound, a.keys[row * a.ld + static_cast<int64_t>(r) * a.run_len + k - 1]);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) bound = key_min(bound, __shfl_xor_sync(kFullMask, bound, o));
+        if (bound != kSentinelKey && bound + 1 < ws.threshold) ws.set_threshold(bound + 1);
+    }
+
     const int64_t c0 = static_cast<int64_t>(split) * a.split_cols;
     const int64_t c1 = active ? min(a.cols, c0 + a.split_cols) : c0;
     /* 32-bit offsets inside the segment keep the loop's registers few. */

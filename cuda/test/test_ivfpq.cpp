@@ -4,7 +4,8 @@
 // float rounding), exact re-rank, per-query k and nprobe, small batches
 // (probes split over blocks + the second selection pass), 4-bit codes,
 // the conflict-free 8-bit scan at several code widths, appending and
-// removing, two searches in flight on two streams, and siftsmall.
+// removing, two searches in flight on two streams, recorded searches
+// (CUDA graphs) replayed, and siftsmall.
 #include "cuda_test_util.h"
 
 namespace {
@@ -250,6 +251,74 @@ TEST(IvfPq, AsyncSearchesOnTwoStreams) {
         for (size_t i = 0; i < db.size(); i++) EXPECT_TRUE(gt::same_bits(db[i], ref_db[i])) << "b " << i;
     }
     gpuivf_cuda_resources_destroy(second);
+}
+
+// Searches from host arrays are recorded as CUDA graphs on the first search
+// of a shape and replayed after (search_graph.cu).  Against resources that
+// never record: the same bits for new queries and per-query k and nprobe
+// each round, shapes interleaved (their pinned places overlap), the
+// asynchronous calls, more shapes than are kept (eviction), and an append
+// (the index version changes: the next search is recorded anew and finds
+// the new entries), for all three metrics.
+TEST(IvfPq, RecordedSearchesReplay) {
+    REQUIRE_GPU();
+    const int d = 40, k = 10;
+    gpuivf_cuda_resources *plain = nullptr;
+    EXPECT_GPU_OK(gpuivf_cuda_resources_create(0, 64 << 20, &plain));
+    EXPECT_GPU_OK(gpuivf_cuda_set_search_graphs(plain, 0));
+    for (Metric metric : {Metric::L2, Metric::InnerProduct, Metric::Cosine}) {
+        SCOPED_TRACE(::testing::Message() << "metric " << static_cast<int>(metric));
+        gt::CpuIvfPq cpu;
+        cpu.train(metric, gt::clustered_vectors(7001, d, 40, 71), d, 29, 10, 8);
+        const int64_t first = cpu.size() - 500;
+        gpuivf_cuda_model model = cpu.gpu_model();
+        GpuIndex g;
+        EXPECT_GPU_OK(gpuivf_cuda_index_create(gt::gpu(), &model, 1, &g.ix));
+        EXPECT_GPU_OK(gpuivf_cuda_index_add_encoded(gt::gpu(), g.ix, first, cpu.lists.data(), cpu.codes.data(),
+                                                    cpu.ids.data(), cpu.raw.data()));
+        const std::vector<float> q = gt::clustered_vectors(200, d, 40, 72);
+        std::mt19937 gen(73);
+        // one search on both resources, same bits
+        auto check = [&](int64_t q0, int64_t nq, int lut, bool async) {
+            SCOPED_TRACE(::testing::Message() << "q0 " << q0 << " nq " << nq << " lut " << lut << " async " << async);
+            std::vector<int32_t> qk(nq), qnp(nq);
+            for (int64_t i = 0; i < nq; i++) {
+                qk[i] = 1 + static_cast<int>(gen() % k);
+                qnp[i] = 1 + static_cast<int>(gen() % 12);
+            }
+            gpuivf_cuda_search_params p{k, 12, 30, lut, qk.data(), qnp.data()};
+            std::vector<double> dr(nq * k), dg(nq * k);
+            std::vector<uint64_t> ir(nq * k), ig(nq * k);
+            gt::poison_nan(dg);
+            gt::poison(ig);
+            EXPECT_GPU_OK(gpuivf_cuda_index_search(plain, g.ix, &q[q0 * d], nq, &p, dr.data(), ir.data()));
+            if (async) {
+                EXPECT_GPU_OK(gpuivf_cuda_index_search_async(gt::gpu(), g.ix, &q[q0 * d], nq, &p, dg.data(),
+                                                             ig.data()));
+                EXPECT_GPU_OK(gpuivf_cuda_search_wait(gt::gpu()));
+            } else {
+                EXPECT_GPU_OK(gpuivf_cuda_index_search(gt::gpu(), g.ix, &q[q0 * d], nq, &p, dg.data(), ig.data()));
+            }
+            EXPECT_EQ(ig, ir);
+            for (size_t i = 0; i < dg.size(); i++) EXPECT_TRUE(gt::same_bits(dg[i], dr[i])) << i;
+        };
+        for (int round = 0; round < 3; round++) {
+            check(round * 16, 16, GPUIVF_CUDA_LUT_PER_LIST, round == 2);
+            check(100 + round * 5, 5, GPUIVF_CUDA_LUT_PER_LIST, false);
+            check(150, 16, GPUIVF_CUDA_LUT_AUTO, round == 1);
+        }
+        // more shapes than a resources object keeps, then the first again
+        for (int64_t nq = 1; nq <= 70; nq++) check(0, nq, GPUIVF_CUDA_LUT_PER_LIST, nq % 2 == 0);
+        check(16, 16, GPUIVF_CUDA_LUT_PER_LIST, false);
+        // the rest of the rows arrive: found by the very next search
+        EXPECT_GPU_OK(gpuivf_cuda_index_add_encoded(gt::gpu(), g.ix, cpu.size() - first, &cpu.lists[first],
+                                                    &cpu.codes[first * cpu.code_size], &cpu.ids[first],
+                                                    &cpu.raw[first * d]));
+        check(0, 16, GPUIVF_CUDA_LUT_PER_LIST, false);
+        compare_search(cpu, g.ix, std::vector<float>(q.begin(), q.begin() + 16 * d),
+                       {k, 12, 30, GPUIVF_CUDA_LUT_PER_LIST}, true);
+    }
+    gpuivf_cuda_resources_destroy(plain);
 }
 
 TEST(IvfPq, AppendAndRemove) {

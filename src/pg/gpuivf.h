@@ -440,7 +440,7 @@ const char *GpuivfMetricName(int metric);
 /* gpuivfutils.cpp: metric of an index, vector input checks, engine status */
 gpuivf::Metric GpuivfGetMetric(Relation index);
 float4     *GpuivfDatumGetVector(Datum value, int *dims);    /* validated, detoasted copy */
-float4     *GpuivfRowVector(Datum *values, bool *isnull, MemoryContext rowctx, int *dims);
+const float4 *GpuivfRowVector(Datum *values, bool *isnull, MemoryContext rowctx, int *dims);
                                                             /* values[0] in rowctx, NULL if null */
 void        GpuivfCheckDims(int expected, int actual);
 void        GpuivfRaiseStatus(const gpuivf::Status &status);
@@ -592,10 +592,20 @@ int         GpuivfProbesForScan(const GpuivfMetaPageData *meta, int k, bool *fro
 #define GPUIVF_DEFAULT_ANALYZE_SAMPLE 200
 #define GPUIVF_MAX_ANALYZE_SAMPLE   10000
 
+/* The calibration's queries: a reservoir sample of the index's rows (raw
+ * vector, entry id, heap TID).  Calibration draws it by walking the rows;
+ * CREATE INDEX draws it while its encoding scan hands the rows over (in the
+ * order the walk would see them), which saves calibration that walk. */
+typedef struct CalibSample GpuivfCalibSample;
+GpuivfCalibSample *GpuivfCalibSampleBegin(int dims);   /* NULL when calibration is off */
+void        GpuivfCalibSampleAdd(GpuivfCalibSample *sample, const float4 *x, uint64 id,
+                                 uint64 heap_id);
+
 /* Measure the curve of an index and store it in the metapage.  heap may be
- * NULL (opened when needed).  Returns false when nothing was stored
+ * NULL (opened when needed); drawn: the sample, drawn over every row of the
+ * index, or NULL (drawn here).  Returns false when nothing was stored
  * (untrained, too few rows, gpuivf.analyze_sample = 0, rebuilt meanwhile). */
-bool        GpuivfCalibrate(Relation index, Relation heap);
+bool        GpuivfCalibrate(Relation index, Relation heap, const GpuivfCalibSample *drawn);
 /* Should VACUUM (which hides a following ANALYZE from the AM) re-measure?
  * True when the index has no curve or its size changed by 10% or more. */
 bool        GpuivfCalibrationIsStale(const GpuivfMetaPageData *meta);

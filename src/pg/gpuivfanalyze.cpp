@@ -148,7 +148,7 @@ HeapWalkCallback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
                  bool tupleIsAlive, void *arg)
 {
     HeapWalk   *hw = (HeapWalk *) arg;
-    float4     *x;
+    const float4 *x;
     int         dims;
 
     x = GpuivfRowVector(values, isnull, hw->rowctx, &dims);
@@ -198,7 +198,7 @@ WalkIndexedRows(Relation index, Relation heap, const GpuivfMetaPageData *meta,
 /* ---------------------------------------------------------------- sample */
 
 /* The queries: a reservoir sample (Algorithm R, fixed seed) of the rows. */
-typedef struct CalibSample
+struct CalibSample
 {
     int         cap;
     int         nq;
@@ -208,7 +208,21 @@ typedef struct CalibSample
     uint64     *self_ids;       /* entry id of each query's own row */
     uint64     *self_heap_ids;  /* and its heap TID */
     pg_prng_state prng;
-} CalibSample;
+};
+typedef struct CalibSample CalibSample;
+
+/* An empty sample of up to cap rows of dims (the current memory context). */
+static void
+CalibSampleInit(CalibSample *s, int cap, int dims)
+{
+    memset(s, 0, sizeof(*s));
+    s->cap = cap;
+    s->dims = dims;
+    s->queries = (float4 *) palloc_extended(sizeof(float4) * (Size) cap * dims, MCXT_ALLOC_HUGE);
+    s->self_ids = (uint64 *) palloc(sizeof(uint64) * cap);
+    s->self_heap_ids = (uint64 *) palloc(sizeof(uint64) * cap);
+    pg_prng_seed(&s->prng, GPUIVF_CALIB_SEED);
+}
 
 static void
 SampleSink(void *arg, const float4 *x, uint64 id, uint64 heap_id)
@@ -225,6 +239,28 @@ SampleSink(void *arg, const float4 *x, uint64 id, uint64 heap_id)
         s->self_heap_ids[slot] = heap_id;
     }
     s->seen++;
+}
+
+/* A sample drawn by the caller (gpuivf.h): gpuivf.analyze_sample rows at
+ * most, NULL when calibration is off. */
+GpuivfCalibSample *
+GpuivfCalibSampleBegin(int dims)
+{
+    CalibSample *s;
+
+    if (gpuivf_analyze_sample <= 0 || dims <= 0)
+        return NULL;
+    s = (CalibSample *) palloc(sizeof(CalibSample));
+    CalibSampleInit(s, gpuivf_analyze_sample, dims);
+    return s;
+}
+
+/* One row of the index, in the order a walk of its rows would give it. */
+void
+GpuivfCalibSampleAdd(GpuivfCalibSample *sample, const float4 *x, uint64 id, uint64 heap_id)
+{
+    if (sample != NULL)
+        SampleSink(sample, x, id, heap_id);
 }
 
 /* ---------------------------------------------------------- ground truth */
@@ -816,7 +852,8 @@ MeasureCurve(Relation index, const GpuivfMetaPageData *meta, const CalibSample *
 
 /* GpuivfCalibrate in the calibration's memory context. */
 static bool
-CalibrateIn(Relation index, Relation heap, const GpuivfMetaPageData *meta)
+CalibrateIn(Relation index, Relation heap, const GpuivfMetaPageData *meta,
+            const CalibSample *drawn)
 {
     int         k = GPUIVF_CALIBRATION_K;
     int         dims = (int) meta->dims;
@@ -830,16 +867,20 @@ CalibrateIn(Relation index, Relation heap, const GpuivfMetaPageData *meta)
     TimestampTz t_sample;
     TimestampTz t_truth;
     bool        truth_on_gpu = false;
+    bool        walked = true;
 
-    memset(&sample, 0, sizeof(sample));
-    sample.cap = (int) Min((uint64) gpuivf_analyze_sample, meta->vectors);
-    sample.dims = dims;
-    sample.queries = (float4 *) palloc_extended(sizeof(float4) * (Size) sample.cap * dims,
-                                                MCXT_ALLOC_HUGE);
-    sample.self_ids = (uint64 *) palloc(sizeof(uint64) * sample.cap);
-    sample.self_heap_ids = (uint64 *) palloc(sizeof(uint64) * sample.cap);
-    pg_prng_seed(&sample.prng, GPUIVF_CALIB_SEED);
-    WalkIndexedRows(index, heap, meta, SampleSink, &sample);
+    /* a sample drawn over all the index's rows (the same rows a walk would
+     * draw: no random draw happens before the reservoir is full) */
+    if (drawn != NULL && drawn->dims == dims && (uint64) drawn->seen == meta->vectors)
+    {
+        sample = *drawn;
+        walked = false;
+    }
+    else
+    {
+        CalibSampleInit(&sample, (int) Min((uint64) gpuivf_analyze_sample, meta->vectors), dims);
+        WalkIndexedRows(index, heap, meta, SampleSink, &sample);
+    }
     if (sample.nq < 2)
         return false;
 
@@ -853,10 +894,11 @@ CalibrateIn(Relation index, Relation heap, const GpuivfMetaPageData *meta)
     memset(&calib, 0, sizeof(calib));
     if (!MeasureCurve(index, meta, &sample, truth, k, &calib))
         return false;
-    elog(DEBUG1, "gpuivf index \"%s\" calibrated on %d queries: sample %.0f ms, exact top-%d on the %s %.0f ms, "
+    elog(DEBUG1, "gpuivf index \"%s\" calibrated on %d queries: sample %.0f ms%s, exact top-%d on the %s %.0f ms, "
          "%d points up to nprobe %u of %u lists %.0f ms",
          RelationGetRelationName(index), sample.nq,
-         TimestampDifferenceMilliseconds(t_start, t_sample) * 1.0, k,
+         TimestampDifferenceMilliseconds(t_start, t_sample) * 1.0,
+         walked ? "" : " (drawn by the build's encoding scan)", k,
          truth_on_gpu ? "GPU" : "CPU",
          TimestampDifferenceMilliseconds(t_sample, t_truth) * 1.0, (int) calib.calib_npoints,
          calib.calib_curve[Max(calib.calib_npoints, 1) - 1].nprobe, meta->lists,
@@ -881,7 +923,7 @@ CalibrateIn(Relation index, Relation heap, const GpuivfMetaPageData *meta)
 
 /* Measure the curve of an index and store it (gpuivf.h). */
 bool
-GpuivfCalibrate(Relation index, Relation heap)
+GpuivfCalibrate(Relation index, Relation heap, const GpuivfCalibSample *drawn)
 {
     GpuivfMetaPageData meta;
     MemoryContext ctx;
@@ -905,7 +947,7 @@ GpuivfCalibrate(Relation index, Relation heap)
     ctx = AllocSetContextCreate(CurrentMemoryContext, "gpuivf calibration",
                                 ALLOCSET_DEFAULT_SIZES);
     old = MemoryContextSwitchTo(ctx);
-    stored = CalibrateIn(index, heap, &meta);
+    stored = CalibrateIn(index, heap, &meta, drawn);
     MemoryContextSwitchTo(old);
     MemoryContextDelete(ctx);
     if (own_heap)

@@ -91,6 +91,8 @@ typedef struct GpuivfBuildState
     uint8      *codes;
     GpuivfVectorTuple *vtuple;  /* one reusable vector tuple */
     GpuivfEncodeJob *encode_job; /* encoding on the GPU worker, or NULL */
+    GpuivfCalibSample *calib;   /* calibration's queries, drawn from the
+                                 * encoded rows (NULL: calibration off) */
 
     /* the (list, id, code) entries: in memory when they fit (sorted by a
      * counting sort on the list), else in a tuplesort */
@@ -230,7 +232,7 @@ SampleCallback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
                bool tupleIsAlive, void *arg)
 {
     GpuivfBuildState *bs = (GpuivfBuildState *) arg;
-    float4     *x;
+    const float4 *x;
     int         dims;
     int64       slot;
 
@@ -458,6 +460,7 @@ StartEncoding(GpuivfBuildState *bs)
     SET_VARSIZE(bs->code_datum, VARHDRSZ + bs->code_size);
     GpuivfWriterInit(&bs->vecw, bs->index, bs->forknum, GPUIVF_PAGE_VECTOR, false);
     bs->encoded = 0;
+    bs->calib = GpuivfCalibSampleBegin(bs->dims);
 
     bs->mem_budget = (Size) maintenance_work_mem * 1024 / 2;
     bs->mem_n = bs->mem_cap = 0;
@@ -514,6 +517,13 @@ ProcessBatch(GpuivfBuildState *bs, const float *raw, const ItemPointerData *tids
             bs->vtuple->heaptid = tids[i];
             memcpy(bs->vtuple->x, raw + (Size) i * bs->dims, sizeof(float) * bs->dims);
             GpuivfWriterAdd(&bs->vecw, bs->vtuple, vsize, &id_tid);
+        }
+        if (bs->calib != NULL)
+        {
+            ItemPointerData heap_tid = tids[i];
+
+            GpuivfCalibSampleAdd(bs->calib, raw + (Size) i * bs->dims, GpuivfTidToId(&id_tid),
+                                 GpuivfTidToId(&heap_tid));
         }
         if (bs->mem_entries)
         {
@@ -601,7 +611,7 @@ EncodeCallback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
                bool tupleIsAlive, void *arg)
 {
     GpuivfBuildState *bs = (GpuivfBuildState *) arg;
-    float4     *x;
+    const float4 *x;
     int         dims;
     int         i;
 
@@ -902,7 +912,7 @@ gpuivfbuild(Relation heap, Relation index, IndexInfo *indexInfo)
     bs->t_wal = PhaseSeconds(bs);
     /* a fresh index is tuned before its first ANALYZE */
     if (bs->rows > 0)
-        GpuivfCalibrate(index, heap);
+        GpuivfCalibrate(index, heap, bs->calib);
     bs->t_calibrate = PhaseSeconds(bs);
     elog(DEBUG1, "gpuivf build of \"%s\": %lld rows; sample scan %.3f s, training %.3f s, "
          "encoding scan %.3f s (waiting for the engine %.3f s, on the %s), lists %.3f s (entries sorted %s), "

@@ -88,6 +88,18 @@ GpuivfArrayGetValues(ArrayType *array, int *dims)
     return x;
 }
 
+/* The index's dimension limit (kMaxDims), on top of the array checks. */
+static void
+CheckIndexableDims(int n)
+{
+    if (n > gpuivf::kMaxDims)
+        ereport(ERROR,
+                (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                 errmsg("column cannot have more than %d dimensions for gpuivf index",
+                        gpuivf::kMaxDims),
+                 errdetail("The vector has %d dimensions.", n)));
+}
+
 /*
  * A checked, palloc'd copy of the vector in a real[] datum, for indexing:
  * besides GpuivfArrayGetValues' checks, at most kMaxDims dimensions.
@@ -101,13 +113,7 @@ GpuivfDatumGetVector(Datum value, int *dims)
     int         n;
 
     x = GpuivfArrayGetValues(array, &n);
-    if (n > gpuivf::kMaxDims)
-        ereport(ERROR,
-                (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-                 errmsg("column cannot have more than %d dimensions for gpuivf index",
-                        gpuivf::kMaxDims),
-                 errdetail("The vector has %d dimensions.", n)));
-
+    CheckIndexableDims(n);
     copy = (float4 *) palloc(sizeof(float4) * n);
     memcpy(copy, x, sizeof(float4) * n);
     if ((Pointer) array != DatumGetPointer(value))
@@ -117,20 +123,27 @@ GpuivfDatumGetVector(Datum value, int *dims)
 }
 
 /*
- * The vector of an index-build-scan row (first column) as GpuivfDatumGetVector
- * gives it, allocated in rowctx; NULL when the row's vector is NULL.
+ * The vector of an index-build-scan row (first column), validated as
+ * GpuivfDatumGetVector does, but not copied: the elements of the array
+ * itself (detoasted into rowctx when it had to be), valid until the
+ * callback returns and rowctx is reset.  NULL when the row's vector is
+ * NULL.  Scans of every row call this once per row: the copy was a palloc
+ * and a memcpy per row for nothing.
  */
-float4 *
+const float4 *
 GpuivfRowVector(Datum *values, bool *isnull, MemoryContext rowctx, int *dims)
 {
     MemoryContext old;
-    float4     *x;
+    ArrayType  *array;
+    const float4 *x;
 
     if (isnull[0])
         return NULL;
     old = MemoryContextSwitchTo(rowctx);
-    x = GpuivfDatumGetVector(values[0], dims);
+    array = DatumGetArrayTypeP(values[0]);
     MemoryContextSwitchTo(old);
+    x = GpuivfArrayGetValues(array, dims);
+    CheckIndexableDims(*dims);
     return x;
 }
 

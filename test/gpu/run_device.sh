@@ -98,6 +98,10 @@ dynamic_shared_memory_type = mmap
 jit = off
 fsync = off
 synchronous_commit = off
+# checkpoints every few seconds (the 1 GB default) while COPY and the builds
+# write their WAL would land inside the builds' timings, differently each run
+max_wal_size = 16GB
+checkpoint_timeout = 30min
 max_parallel_workers_per_gather = 0
 log_line_prefix = '%m [%p] %b '
 EOF
@@ -133,6 +137,8 @@ PHASES_CPU=$(grep -ho 'gpuivf build of .*' "$W/build_cpu.log" 2>/dev/null | sed 
 PHASES_GPU=$(grep -ho 'gpuivf build of .*' "$W/build_gpu.log" | sed 's/^gpuivf build of "[^"]*": //')
 say "  cpu phases: ${PHASES_CPU:-not run}"
 say "  gpu phases: $PHASES_GPU"
+say "  cpu calibration: $(grep -ho 'calibrated on .*' "$W/build_cpu.log" 2>/dev/null | head -1)"
+say "  gpu calibration: $(grep -ho 'calibrated on .*' "$W/build_gpu.log" | head -1)"
 if [ -n "${BUILD_ONLY:-}" ]; then
 	as_pg "pg_ctl -D $W/data -m fast stop >/dev/null"
 	exit 0
@@ -245,6 +251,12 @@ SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE qid = :q) LIMIT
 EOF
 chown "$PGUSER_OS" "$W/knn.sql"
 : > "$W/bench.txt"
+# CPU time (user + system clock ticks) of GPU worker 0 so far
+wcpu() {
+	local pid
+	pid=$(sql "SELECT pid FROM gpuivf_stat WHERE worker = 0")
+	awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || echo 0
+}
 # One pgbench run of BENCH_S seconds: pgbench_run LABEL CLIENTS SCRIPT
 # [PGOPTIONS]; sets TPS, LAT (p50/p99/mean from the transaction log) and FAIL.
 pgbench_run() {
@@ -260,15 +272,49 @@ for dev in gpu cpu ${SHARDS:+gpushard}; do
 		opts="-c gpuivf.device=$dev"
 		[ "$dev" = gpushard ] && opts="-c gpuivf.device=gpu -c gpuivf.shards=$SHARDS"
 		s0=$(wstat)
+		c0=$(wcpu)
 		pgbench_run "$dev" "$c" "$W/knn.sql" "$opts -c gpuivf.probes=$PROBES"
+		c1=$(wcpu)
 		s1=$(wstat)
 		read -r q0 bt0 g0 _ <<< "$s0"
 		read -r q1 bt1 g1 _ <<< "$s1"
 		mb=$(echo "$q1 $q0 $bt1 $bt0" | awk '{ if ($3 > $4) printf "%.2f", ($1 - $2) / ($3 - $4); else print "-" }')
 		busy=$(echo "$g1 $g0 $BENCH_S" | awk '{ printf "%.1f%%", 100 * ($1 - $2) / ($3 * 1000) }')
-		echo "$dev $c $TPS $LAT batch=$mb gpu_busy=$busy $FAIL" | tee -a "$W/bench.txt"
+		wc=$(echo "$c1 $c0 $BENCH_S $(getconf CLK_TCK)" | awk '{ printf "%.0f%%", 100 * ($1 - $2) / ($4 * $3) }')
+		echo "$dev $c $TPS $LAT batch=$mb gpu_busy=$busy worker_cpu=$wc $FAIL" | tee -a "$W/bench.txt"
 	done
 done
+
+# every worker's share of the work so far (replication over several GPUs:
+# each worker keeps its own copy of the index and takes requests from the
+# one queue)
+PER_WORKER=$(sql "SELECT string_agg(format('worker %s (GPU %s): %s queries in %s batches, %s indexes cached', worker, device, queries, batches, indexes_cached), '; ' ORDER BY worker) FROM gpuivf_stat")
+say "per worker: $PER_WORKER"
+
+# STREAMS_SWEEP="1 3 4": the 64-client GPU row again with that many search
+# streams in the worker (gpuivf.search_streams, a restart each).
+for n in ${STREAMS_SWEEP:-}; do
+	sql "ALTER SYSTEM SET gpuivf.search_streams = $n" >/dev/null
+	as_pg "pg_ctl -D $W/data -m fast -w restart -l $W/server.log >/dev/null"
+	sleep 2
+	sql "SET gpuivf.device = gpu; SET gpuivf.probes = $PROBES; SELECT count(*) FROM (SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE qid = 0) LIMIT 10) s" >/dev/null
+	s0=$(wstat)
+	c0=$(wcpu)
+	pgbench_run "gpu_streams$n" 64 "$W/knn.sql" "-c gpuivf.device=gpu -c gpuivf.probes=$PROBES"
+	c1=$(wcpu)
+	s1=$(wstat)
+	read -r q0 bt0 g0 _ <<< "$s0"
+	read -r q1 bt1 g1 _ <<< "$s1"
+	mb=$(echo "$q1 $q0 $bt1 $bt0" | awk '{ if ($3 > $4) printf "%.2f", ($1 - $2) / ($3 - $4); else print "-" }')
+	busy=$(echo "$g1 $g0 $BENCH_S" | awk '{ printf "%.1f%%", 100 * ($1 - $2) / ($3 * 1000) }')
+	wc=$(echo "$c1 $c0 $BENCH_S $(getconf CLK_TCK)" | awk '{ printf "%.0f%%", 100 * ($1 - $2) / ($4 * $3) }')
+	echo "gpu_streams$n 64 $TPS $LAT batch=$mb gpu_busy=$busy worker_cpu=$wc $FAIL" | tee -a "$W/bench.txt"
+done
+if [ -n "${STREAMS_SWEEP:-}" ]; then
+	sql "ALTER SYSTEM RESET gpuivf.search_streams" >/dev/null
+	as_pg "pg_ctl -D $W/data -m fast -w restart -l $W/server.log >/dev/null"
+	sleep 2
+fi
 
 # PostgreSQL alone: the same statement shape (the query vector fetched by its
 # id, ten rows of items returned) with the ten rows found by their TIDs
@@ -284,11 +330,6 @@ for c in 1 16 64; do
 	echo "pgonly $c $TPS $LAT (ten rows by TID, no kNN)" | tee -a "$W/bench.txt"
 done
 
-# every worker's share of the work so far (replication over several GPUs:
-# each worker keeps its own copy of the index and takes requests from the
-# one queue)
-PER_WORKER=$(sql "SELECT string_agg(format('worker %s (GPU %s): %s queries in %s batches, %s indexes cached', worker, device, queries, batches, indexes_cached), '; ' ORDER BY worker) FROM gpuivf_stat")
-say "per worker: $PER_WORKER"
 
 # ------------------------------------------------------------ 6. kill -9
 pid=$(sql "SELECT pid FROM gpuivf_stat WHERE worker = 0")

@@ -100,13 +100,21 @@ for my $metric (qw(l2 ip cosine))
 {
 	my $opclass = metric_opclass($metric);
 	my $index = "items_${metric}_idx";
-	$node->safe_psql('postgres',
-		"CREATE INDEX $index ON items USING gpuivf (v $opclass) WITH (lists = 150)");
+	my ($rc, $out, $err) = $node->psql('postgres',
+		"SET client_min_messages = debug1; CREATE INDEX $index ON items USING gpuivf (v $opclass) WITH (lists = 150)");
+	is($rc, 0, "generated $metric: CREATE INDEX");
+	like($err, qr/calibrated on \d+ queries: sample \d+ ms \(drawn by the build's encoding scan\)/,
+		"generated $metric: calibration took the sample the encoding scan drew");
 	# CREATE INDEX measured the curve already
 	isnt($node->safe_psql('postgres', "SELECT gpuivf_index_info('$index')->'calibration'"),
 		'null', "generated $metric: CREATE INDEX measured a curve");
+	my $built = curve($index);
 	my $truth = ground_truth($data->{base_fvecs}, $data->{query_fvecs}, $k, $metric);
 	check_index("generated 30000x64 $metric", 'items', $index, $metric, $queries, $truth);
+	# CREATE INDEX drew its sample in the encoding scan, ANALYZE by walking
+	# the rows: the same rows, so the same curve
+	is_deeply(curve($index), $built,
+		"generated $metric: ANALYZE measures the curve CREATE INDEX measured");
 	$node->safe_psql('postgres', "DROP INDEX $index");
 }
 
@@ -114,6 +122,10 @@ for my $metric (qw(l2 ip cosine))
 $node->safe_psql('postgres', q{
 	CREATE INDEX items_codes_idx ON items USING gpuivf (v)
 	WITH (lists = 150, pq_bits = 4, rerank = false)});
+my $codes_built = curve('items_codes_idx');
+$node->safe_psql('postgres', 'ANALYZE items');
+is_deeply(curve('items_codes_idx'), $codes_built,
+	'no vectors: ANALYZE (sample drawn from the heap) measures the curve CREATE INDEX measured');
 my $q0 = vec_literal($queries->[0]);
 my ($ret, $out, $err) = $node->psql('postgres', qq{
 	SET gpuivf.target_recall = 1; SET enable_seqscan = off;
