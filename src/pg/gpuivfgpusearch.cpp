@@ -288,11 +288,15 @@ OldestStream(void)
 static void
 FinishStream(SearchStream *s)
 {
-    gpuivf_cuda_status st = GpuivfCuda.gpuivf_cuda_search_wait(s->res);
+    instr_time  t0;
+    gpuivf_cuda_status st;
     instr_time  ended;
     instr_time  took;
     double      gpu_ms;
 
+    INSTR_TIME_SET_CURRENT(t0);
+    st = GpuivfCuda.gpuivf_cuda_search_wait(s->res);
+    GpuivfTimesAdd(&GpuivfTimes.gpu_wait, &t0);
     INSTR_TIME_SET_CURRENT(ended);
     took = ended;
     INSTR_TIME_SUBTRACT(took, s->started);
@@ -341,6 +345,9 @@ FinishStream(SearchStream *s)
         GpuivfFinishRequest(s->worker, s->slotnos[i]);
     s->busy = false;
     MemoryContextReset(s->cxt);
+    GpuivfTimes.requests += s->nreq;
+    GpuivfTimes.batches++;
+    GpuivfTimesAdd(&GpuivfTimes.answer, &t0);
 }
 
 /* Answer the oldest search in flight: only when the GPU is done with it,
@@ -442,7 +449,9 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
     int        *req_batch;
     double     *req_gpu_ms;
     int64      *req_reranked;
+    instr_time  t0;
 
+    INSTR_TIME_SET_CURRENT(t0);
     if (first->nshards < 1 || first->nshards > GPUIVF_MAX_WORKERS || first->shard < 0 ||
         first->shard >= first->nshards || (sharded && first->target_worker != worker))
         elog(ERROR, "gpuivf GPU worker %d got a malformed shard request (shard %d of %d for worker %d)",
@@ -499,8 +508,13 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
     /* the common case on a search stream: answered when it is done */
     if (NStreams > 0 && !sharded && gq[0].candidates == gq[nq - 1].candidates)
     {
-        SearchStream *s = FreeStream();
-        MemoryContext old = MemoryContextSwitchTo(s->cxt);
+        SearchStream *s;
+        MemoryContext old;
+
+        GpuivfTimesAdd(&GpuivfTimes.prepare, &t0);
+        s = FreeStream();       /* its time: gpu_wait and answer */
+        INSTR_TIME_SET_CURRENT(t0);
+        old = MemoryContextSwitchTo(s->cxt);
         gpuivf_cuda_search_params params;
         gpuivf_cuda_status st;
         int         npmax;
@@ -526,9 +540,11 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
         params.rerank_candidates = gq[0].candidates;
         params.query_k = s->qk;
         params.query_nprobe = qnp;
+        GpuivfTimesAdd(&GpuivfTimes.prepare, &t0);
         INSTR_TIME_SET_CURRENT(s->started);
         st = GpuivfCuda.gpuivf_cuda_index_search_async(s->res, ref.gindex, queries, nq, &params,
                                                       s->dist, s->ids);
+        GpuivfTimesAdd(&GpuivfTimes.enqueue, &t0);
         if (st.code != GPUIVF_CUDA_OK)
         {
             MemoryContextReset(s->cxt);

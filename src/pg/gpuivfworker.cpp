@@ -558,6 +558,54 @@ ReloadConfigIfPending(GpuivfWorkerSlot *w)
     SpinLockRelease(&w->mutex);
 }
 
+/* ------------------------------------------------ time breakdown */
+
+GpuivfWorkerTimes GpuivfTimes;
+static instr_time t_loop;       /* the main loop's clock */
+static instr_time t_report;     /* the last report */
+
+#define GPUIVF_TIMES_REPORT_S   2.0
+
+/* Seconds from *t0 to now added to *acc; *t0 becomes now (gpuivfworker.h). */
+void
+GpuivfTimesAdd(double *acc, instr_time *t0)
+{
+    instr_time  now;
+    instr_time  d;
+
+    INSTR_TIME_SET_CURRENT(now);
+    d = now;
+    INSTR_TIME_SUBTRACT(d, *t0);
+    *acc += INSTR_TIME_GET_DOUBLE(d);
+    *t0 = now;
+}
+
+/* The DEBUG1 breakdown, about every GPUIVF_TIMES_REPORT_S while busy. */
+static void
+ReportTimes(int worker, instr_time *last)
+{
+    instr_time  now;
+    instr_time  d;
+    double      s;
+    GpuivfWorkerTimes *t = &GpuivfTimes;
+
+    INSTR_TIME_SET_CURRENT(now);
+    d = now;
+    INSTR_TIME_SUBTRACT(d, *last);
+    s = INSTR_TIME_GET_DOUBLE(d);
+    if (s < GPUIVF_TIMES_REPORT_S)
+        return;
+    if (t->batches > 0)
+        elog(DEBUG1, "gpuivf GPU worker %d in %.1f s: %lld searches of %lld requests; "
+             "take %.0f ms, prepare %.0f ms, engine start %.0f ms, waiting for the GPU %.0f ms, "
+             "answer %.0f ms, polling %.0f ms, idle %.0f ms",
+             worker, s, (long long) t->batches, (long long) t->requests, 1000 * t->take,
+             1000 * t->prepare, 1000 * t->enqueue, 1000 * t->gpu_wait, 1000 * t->answer,
+             1000 * t->poll, 1000 * t->idle);
+    memset(t, 0, sizeof(*t));
+    *last = now;
+}
+
 /* The background worker's entry point. */
 void
 GpuivfWorkerMain(Datum main_arg)
@@ -626,10 +674,14 @@ GpuivfWorkerMain(Datum main_arg)
     }
     PG_exception_stack = &local_sigjmp_buf;
 
+    INSTR_TIME_SET_CURRENT(t_loop);
+    INSTR_TIME_SET_CURRENT(t_report);
     for (;;)
     {
         int         n;
         bool        in_flight = GpuivfSearchesInFlight() > 0;
+
+        ReportTimes(worker, &t_report);
 
         /* idle before the last look, so a submitter that finds us idle
          * wakes us (with searches in flight we look again anyway) */
@@ -638,12 +690,16 @@ GpuivfWorkerMain(Datum main_arg)
             pg_atomic_write_u32(&w->idle, 1);
             pg_memory_barrier();
         }
+        INSTR_TIME_SET_CURRENT(t_loop);
         n = GpuivfTakeRequests(worker, slotnos, GPUIVF_MAX_TAKE);
         if (n == 0 && in_flight)
         {
             /* the GPU works: answer what it finished, else look again */
             if (!GpuivfFinishSearches(false))
+            {
                 pg_spin_delay();
+                GpuivfTimesAdd(&GpuivfTimes.poll, &t_loop);
+            }
             if (GpuivfCudaBroken)
             {
                 ereport(LOG,
@@ -660,11 +716,13 @@ GpuivfWorkerMain(Datum main_arg)
             (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10000L,
                              PG_WAIT_EXTENSION);
             ResetLatch(MyLatch);
+            GpuivfTimesAdd(&GpuivfTimes.idle, &t_loop);
             CHECK_FOR_INTERRUPTS();
             ReloadConfigIfPending(w);
             continue;
         }
         pg_atomic_write_u32(&w->idle, 0);
+        GpuivfTimesAdd(&GpuivfTimes.take, &t_loop);
         if (gpuivf_batch_delay > 0 && n < GPUIVF_MAX_TAKE)
         {
             pg_usleep(gpuivf_batch_delay);

@@ -329,6 +329,28 @@ bool        GpuivfFinishSearches(bool wait);
 void        GpuivfDrainSearches(void);
 void        GpuivfForgetSearches(void);
 
+/*
+ * Where a GPU worker's thread spends its time (seconds since the last
+ * report), logged at DEBUG1 about every 2 s while it serves searches:
+ * the worker's thread is what takes, starts and answers every backend's
+ * requests, so this says what bounds its throughput.
+ */
+typedef struct GpuivfWorkerTimes
+{
+    double      take;           /* taking requests off the queue */
+    double      prepare;        /* grouping, packing the queries */
+    double      enqueue;        /* starting engine searches */
+    double      gpu_wait;       /* blocked until a search finished */
+    double      answer;         /* writing answers, waking backends */
+    double      poll;           /* looking again while searches ran */
+    double      idle;           /* nothing to do */
+    int64       batches;
+    int64       requests;
+} GpuivfWorkerTimes;
+extern GpuivfWorkerTimes GpuivfTimes;
+/* seconds from t0 to now, added to *acc; now becomes the new t0 */
+void        GpuivfTimesAdd(double *acc, instr_time *t0);
+
 void        GpuivfServeBuild(int worker, int slotno);
 /* gpuivfworker.cpp: EXACT_KNN (ANALYZE ground truth) */
 void        GpuivfServeExactKnn(int worker, int slotno);

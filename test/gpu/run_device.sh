@@ -104,6 +104,8 @@ max_wal_size = 16GB
 checkpoint_timeout = 30min
 max_parallel_workers_per_gather = 0
 log_line_prefix = '%m [%p] %b '
+# the GPU worker's time breakdown (DEBUG1, every 2 s while it serves)
+log_min_messages = debug1
 EOF
 [ -n "${ENGINE:-}" ] && echo "gpuivf.engine_library = '$ENGINE'" >> "$W/data/postgresql.conf"
 [ -n "${DEVICES:-}" ] && echo "gpuivf.devices = '$DEVICES'" >> "$W/data/postgresql.conf"
@@ -267,21 +269,27 @@ pgbench_run() {
 	FAIL=$(grep -E 'number of failed|aborted' "$W/pgbench_${label}_$c.log" | head -1)
 	LAT=$($PY "$W/gpuivf_device.py" latency "$W/pgb_${label}_$c")
 }
+# One row of bench.txt: knn_row LABEL CLIENTS PGOPTIONS — the pgbench run
+# with the worker's mean batch, GPU busy fraction and CPU share over it.
+knn_row() {
+	local label=$1 c=$2 opts=$3 s0 s1 c0 c1 q0 q1 bt0 bt1 g0 g1 mb busy wc
+	s0=$(wstat)
+	c0=$(wcpu)
+	pgbench_run "$label" "$c" "$W/knn.sql" "$opts -c gpuivf.probes=$PROBES"
+	c1=$(wcpu)
+	s1=$(wstat)
+	read -r q0 bt0 g0 _ <<< "$s0"
+	read -r q1 bt1 g1 _ <<< "$s1"
+	mb=$(echo "$q1 $q0 $bt1 $bt0" | awk '{ if ($3 > $4) printf "%.2f", ($1 - $2) / ($3 - $4); else print "-" }')
+	busy=$(echo "$g1 $g0 $BENCH_S" | awk '{ printf "%.1f%%", 100 * ($1 - $2) / ($3 * 1000) }')
+	wc=$(echo "$c1 $c0 $BENCH_S $(getconf CLK_TCK)" | awk '{ printf "%.0f%%", 100 * ($1 - $2) / ($4 * $3) }')
+	echo "$label $c $TPS $LAT batch=$mb gpu_busy=$busy worker_cpu=$wc $FAIL" | tee -a "$W/bench.txt"
+}
 for dev in gpu cpu ${SHARDS:+gpushard}; do
 	for c in 1 16 64; do
 		opts="-c gpuivf.device=$dev"
 		[ "$dev" = gpushard ] && opts="-c gpuivf.device=gpu -c gpuivf.shards=$SHARDS"
-		s0=$(wstat)
-		c0=$(wcpu)
-		pgbench_run "$dev" "$c" "$W/knn.sql" "$opts -c gpuivf.probes=$PROBES"
-		c1=$(wcpu)
-		s1=$(wstat)
-		read -r q0 bt0 g0 _ <<< "$s0"
-		read -r q1 bt1 g1 _ <<< "$s1"
-		mb=$(echo "$q1 $q0 $bt1 $bt0" | awk '{ if ($3 > $4) printf "%.2f", ($1 - $2) / ($3 - $4); else print "-" }')
-		busy=$(echo "$g1 $g0 $BENCH_S" | awk '{ printf "%.1f%%", 100 * ($1 - $2) / ($3 * 1000) }')
-		wc=$(echo "$c1 $c0 $BENCH_S $(getconf CLK_TCK)" | awk '{ printf "%.0f%%", 100 * ($1 - $2) / ($4 * $3) }')
-		echo "$dev $c $TPS $LAT batch=$mb gpu_busy=$busy worker_cpu=$wc $FAIL" | tee -a "$W/bench.txt"
+		knn_row "$dev" "$c" "$opts"
 	done
 done
 
@@ -298,17 +306,7 @@ for n in ${STREAMS_SWEEP:-}; do
 	as_pg "pg_ctl -D $W/data -m fast -w restart -l $W/server.log >/dev/null"
 	sleep 2
 	sql "SET gpuivf.device = gpu; SET gpuivf.probes = $PROBES; SELECT count(*) FROM (SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE qid = 0) LIMIT 10) s" >/dev/null
-	s0=$(wstat)
-	c0=$(wcpu)
-	pgbench_run "gpu_streams$n" 64 "$W/knn.sql" "-c gpuivf.device=gpu -c gpuivf.probes=$PROBES"
-	c1=$(wcpu)
-	s1=$(wstat)
-	read -r q0 bt0 g0 _ <<< "$s0"
-	read -r q1 bt1 g1 _ <<< "$s1"
-	mb=$(echo "$q1 $q0 $bt1 $bt0" | awk '{ if ($3 > $4) printf "%.2f", ($1 - $2) / ($3 - $4); else print "-" }')
-	busy=$(echo "$g1 $g0 $BENCH_S" | awk '{ printf "%.1f%%", 100 * ($1 - $2) / ($3 * 1000) }')
-	wc=$(echo "$c1 $c0 $BENCH_S $(getconf CLK_TCK)" | awk '{ printf "%.0f%%", 100 * ($1 - $2) / ($4 * $3) }')
-	echo "gpu_streams$n 64 $TPS $LAT batch=$mb gpu_busy=$busy worker_cpu=$wc $FAIL" | tee -a "$W/bench.txt"
+	knn_row "gpu_streams$n" 64 "-c gpuivf.device=gpu"
 done
 if [ -n "${STREAMS_SWEEP:-}" ]; then
 	sql "ALTER SYSTEM RESET gpuivf.search_streams" >/dev/null
@@ -372,5 +370,7 @@ echo "workers              $PER_WORKER"
 echo "sharded (SHARDS)     $SHARD_SUMMARY"
 echo "pgbench (device clients tps p50/p99 ms, batch = mean queries per GPU call):"
 sed 's/^/  /' "$W/bench.txt"
-grep -E "gpuivf gpu worker" "$W/server.log" | grep -vE "statement:" | head -8
+grep -E "gpuivf gpu worker" "$W/server.log" | grep -vE "statement:|DEBUG" | head -8
+echo "GPU worker time breakdown (DEBUG1, one line per ~2 s of serving):"
+grep -oE "gpuivf GPU worker [0-9]+ in [0-9.]+ s: .*" "$W/server.log" | sed 's/^/  /' | tail -40
 echo "elapsed $(( $(date +%s) - started ))s"
