@@ -510,14 +510,14 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
     {
         SearchStream *s;
         MemoryContext old;
+        gpuivf_cuda_search_params params;
+        gpuivf_cuda_status st;
+        int         npmax;
 
         GpuivfTimesAdd(&GpuivfTimes.prepare, &t0);
         s = FreeStream();       /* its time: gpu_wait and answer */
         INSTR_TIME_SET_CURRENT(t0);
         old = MemoryContextSwitchTo(s->cxt);
-        gpuivf_cuda_search_params params;
-        gpuivf_cuda_status st;
-        int         npmax;
 
         s->worker = worker;
         s->nreq = n;
