@@ -31,6 +31,7 @@ our @EXPORT = qw(
   read_fvecs read_ivecs vec_literal knn_ids recall_at index_info index_lists
   exact_settings assert_index_scan shared_data_dir start_pgbench finish_pgbench
   metric_operator metric_opclass count_via_index poll_until fake_gpu_engine fake_gpu_node worker_stat
+  grouped_items_sql
 );
 
 # The repository root: this file is test/perl/GpuivfTest.pm.
@@ -357,6 +358,21 @@ sub poll_until
 		usleep(100_000);
 	}
 	return $got;
+}
+
+# SQL creating table items (id int, v real[]) of $rows rows of 16 dimensions
+# whose row i lies near (i % $groups) * $step (+ $shift) with uniform noise:
+# small clustered data for the worker tests (run after setseed, in the same
+# statement list, for the same rows every time).
+sub grouped_items_sql
+{
+	my ($rows, $groups, $step, $shift) = @_;
+	my $offset = defined $shift ? " - $shift" : '';
+	return "CREATE TABLE items (id int, v real[]);\n"
+	  . "INSERT INTO items\n"
+	  . "SELECT i, ARRAY(SELECT ((i % $groups) * $step + random()$offset)::real "
+	  . "FROM generate_series(1, 16) WHERE i > 0)\n"
+	  . "FROM generate_series(1, $rows) i;\n";
 }
 
 # The CPU stand-in of the GPU engine (test/gpu/fake_engine.cpp) that lets the

@@ -57,10 +57,9 @@ is(count_in_log('has no usable GPU'), 1, 'the worker says once that it has no GP
 # --------------------------------------------------------- CPU answers
 $node->safe_psql('postgres', q{
 	SELECT setseed(0.25);
-	CREATE TABLE items (id int, v real[]);
-	INSERT INTO items
-	SELECT i, ARRAY(SELECT ((i % 17) * 0.2 + random())::real FROM generate_series(1, 16) WHERE i > 0)
-	FROM generate_series(1, 3000) i;
+}
+	. grouped_items_sql(3000, 17, 0.2)
+	. q{
 	CREATE INDEX items_v ON items USING gpuivf (v) WITH (lists = 16);
 });
 $node->safe_psql('postgres', q{SELECT gpuivf_verify('items_v', true)});

@@ -61,10 +61,9 @@ like(worker_stat($node, 'device_name'), qr/fake GPU/, 'gpuivf_stat names the dev
 # ------------------------------------------------------------ build
 $node->safe_psql('postgres', q{
 	SELECT setseed(0.5);
-	CREATE TABLE items (id int, v real[]);
-	INSERT INTO items
-	SELECT i, ARRAY(SELECT ((i % 23) * 0.2 + random())::real FROM generate_series(1, 16) WHERE i > 0)
-	FROM generate_series(1, 5000) i;
+}
+	. grouped_items_sql(5000, 23, 0.2)
+	. q{
 	CREATE INDEX items_v ON items USING gpuivf (v) WITH (lists = 32);
 });
 cmp_ok(worker_stat($node, 'builds'), '>=', 2, 'CREATE INDEX trained and encoded on the worker');

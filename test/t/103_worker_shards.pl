@@ -38,10 +38,9 @@ is(poll_until($node, "SELECT count(*) FROM gpuivf_stat WHERE state = 'ready'", '
 
 $node->safe_psql('postgres', q{
 	SELECT setseed(0.25);
-	CREATE TABLE items (id int, v real[]);
-	INSERT INTO items
-	SELECT i, ARRAY(SELECT ((i % 19) * 0.2 + random() - 0.3)::real FROM generate_series(1, 16) WHERE i > 0)
-	FROM generate_series(1, 4000) i;
+}
+	. grouped_items_sql(4000, 19, 0.2, 0.3)
+	. q{
 	CREATE INDEX items_l2 ON items USING gpuivf (v) WITH (lists = 24);
 	CREATE INDEX items_ip ON items USING gpuivf (v float4_ip_ops) WITH (lists = 24);
 	CREATE INDEX items_cos ON items USING gpuivf (v float4_cosine_ops) WITH (lists = 24);

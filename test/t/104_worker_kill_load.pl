@@ -59,10 +59,9 @@ is(wait_ready(), 'ready', 'the worker is ready with the stand-in engine');
 $node->safe_psql('postgres', q{
 	SET gpuivf.device = cpu;
 	SELECT setseed(0.5);
-	CREATE TABLE items (id int, v real[]);
-	INSERT INTO items
-	SELECT i, ARRAY(SELECT ((i % 23) * 0.2 + random())::real FROM generate_series(1, 16) WHERE i > 0)
-	FROM generate_series(1, 5000) i;
+}
+	. grouped_items_sql(5000, 23, 0.2)
+	. q{
 	CREATE INDEX items_v ON items USING gpuivf (v) WITH (lists = 32);
 });
 

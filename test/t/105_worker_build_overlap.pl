@@ -29,11 +29,8 @@ is(poll_until($node, "SELECT state FROM gpuivf_stat WHERE worker = 0", 'ready'),
 
 $node->safe_psql('postgres', q{
 	SELECT setseed(0.25);
-	CREATE TABLE items (id int, v real[]);
-	INSERT INTO items
-	SELECT i, ARRAY(SELECT ((i % 17) * 0.3 + random())::real FROM generate_series(1, 16) WHERE i > 0)
-	FROM generate_series(1, 6000) i;
-});
+}
+	. grouped_items_sql(6000, 17, 0.3));
 
 my @probe_ids = (1, 77, 1234, 3000, 5999);
 my @vecs = map { $node->safe_psql('postgres', "SELECT v FROM items WHERE id = $_") } @probe_ids;
