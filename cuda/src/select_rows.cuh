@@ -9,9 +9,10 @@
  *
  * Every thread takes four consecutive columns per step.  The float path is
  * the bandwidth-critical one (exact kNN tiles, select_k): 16-byte streaming
- * loads, four in flight per thread, and a fast filter that tests plain floats
- * against the threshold with one warp vote per step; only a warp with a
- * survivor reserves thread-queue room and offers its candidates.  (The exact
+ * loads, software pipelined (the next two in flight while two are tested),
+ * and a fast filter that tests plain floats against the threshold with one
+ * warp vote per step; only a warp with a survivor reserves thread-queue room
+ * and offers its candidates.  (The exact
  * kNN's norm add happens inside its GEMM, knn.cu, so the tiles arrive here
  * as finished scores.)
  */
@@ -28,7 +29,7 @@ namespace gpuivf_cuda {
 #define GPUIVF_SELECT_MINBLOCKS_128 4
 #endif
 #ifndef GPUIVF_SELECT_UNROLL
-#define GPUIVF_SELECT_UNROLL 4
+#define GPUIVF_SELECT_UNROLL 2
 #endif
 template <int W>
 struct SelectMinBlocks {
@@ -142,16 +143,28 @@ __global__ void __launch_bounds__(kThreads, SelectMinBlocks<W>::value) select_ro
         const float *seg = a.values + row * a.ld + c0;
         const bool vec = (reinterpret_cast<uintptr_t>(seg) & 15) == 0;
         const int steps = static_cast<int>(ceil_div(len, 4 * nthr));
+        /* Software pipelined: group s0 + kUnroll's loads are issued before
+         * group s0 is processed, so a warp in its slow path (a merge) still
+         * has loads in flight.  Two float4 a group (four in flight at most,
+         * the registers of the unpipelined four-group loop): 1.73 -> 1.69 ms
+         * for k = 100 (NOTES.md); four a group took 90 registers, fewer warps
+         * stayed resident and k = 10 fell from 90 % to 51 % of copy. */
+        float4 x[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            const int c = 4 * (u * nthr + tid);
+            x[u] = c < len ? load4(seg, c, len, vec) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
         for (int s0 = 0; s0 < steps; s0 += kUnroll) {
-            /* kUnroll loads in flight per thread, then one group at a time:
-             * the processing loop is not unrolled (x shifts down instead), so
-             * the slow path and its merge are emitted once. */
-            float4 x[kUnroll];
+            float4 nx[kUnroll];
 #pragma unroll
             for (int u = 0; u < kUnroll; ++u) {
-                const int c = 4 * ((s0 + u) * nthr + tid);
-                x[u] = c < len ? load4(seg, c, len, vec) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                const int c = 4 * ((s0 + kUnroll + u) * nthr + tid);
+                nx[u] = c < len ? load4(seg, c, len, vec) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
+            /* one group at a time: the processing loop is not unrolled (x
+             * shifts down instead), so the slow path and its merge are
+             * emitted once */
 #pragma unroll 1
             for (int u = 0; u < kUnroll; ++u) {
                 const int c = 4 * ((s0 + u) * nthr + tid);
@@ -173,6 +186,8 @@ __global__ void __launch_bounds__(kThreads, SelectMinBlocks<W>::value) select_ro
                     }
                 }
             }
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u) x[u] = nx[u];
             ws.refresh();
         }
     }

@@ -467,7 +467,10 @@ GpuivfListDirEntry GpuivfReadDirEntry(Relation index, const GpuivfMetaPageData *
 void        GpuivfBumpMeta(GenericXLogState *state, Buffer metabuf, int64 vectors_delta);
 
 /* gpuivfpage.cpp: build-time page writer (no WAL; the build logs every page
- * with log_newpage_range at the end).  Appends pages to a fork in order. */
+ * with log_newpage_range at the end).  Appends pages to a fork in order,
+ * growing the fork by chunks of GPUIVF_WRITER_CHUNK_MIN..MAX pages. */
+#define GPUIVF_WRITER_CHUNK_MIN     1
+#define GPUIVF_WRITER_CHUNK_MAX     1024
 typedef struct GpuivfPageWriter
 {
     Relation    index;
@@ -478,6 +481,8 @@ typedef struct GpuivfPageWriter
     BlockNumber blkno;          /* current page, kept across pauses */
     BlockNumber chain_head;     /* first page since the last NewChain */
     uint32      pages;          /* pages appended by this writer */
+    BlockNumber reserve_next;   /* pages [reserve_next, reserve_end) were */
+    BlockNumber reserve_end;    /* added to the fork for this writer, unused */
 } GpuivfPageWriter;
 
 void        GpuivfWriterInit(GpuivfPageWriter *w, Relation index, ForkNumber forknum,

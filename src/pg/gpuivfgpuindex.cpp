@@ -100,7 +100,21 @@ typedef struct Walk
     uint8      *codes;
     int64       n, cap;
     int         code_size;
+    /* where a load's time went (the DEBUG1 line of SyncCopy) */
+    double      t_vectors;      /* reading vector tuples for the entries */
+    double      t_device;       /* handing entries to the engine */
 } Walk;
+
+/* Milliseconds since t0. */
+static double
+MsSince(instr_time t0)
+{
+    instr_time  t1;
+
+    INSTR_TIME_SET_CURRENT(t1);
+    INSTR_TIME_SUBTRACT(t1, t0);
+    return INSTR_TIME_GET_MILLISEC(t1);
+}
 
 /* ------------------------------------------------------------- pages */
 
@@ -445,43 +459,24 @@ WalkLists(GpuIndex *ix, const GpuivfMetaPageData *meta, bool use_lsn, Walk *wk)
 
 /* ---------------------------------------------------- adding entries */
 
-typedef struct TidPos
-{
-    uint64      tid;
-    int64       pos;
-} TidPos;
-
-static int
-CompareTidPos(const void *a, const void *b)
-{
-    uint64      x = ((const TidPos *) a)->tid;
-    uint64      y = ((const TidPos *) b)->tid;
-
-    return x < y ? -1 : (x > y ? 1 : 0);
-}
-
 /*
  * Resolve n entries (vector TIDs) to heap ids and raw vectors by reading
- * their vector tuples in block order; an entry whose tuple is gone gets
- * UINT64_MAX.
+ * their vector tuples; an entry whose tuple is gone gets UINT64_MAX.  Each
+ * run of entries on one vector page costs one page read, so callers pass
+ * the TIDs in ascending order (AddEntries sorts them): then every page is
+ * read once.
  */
 static void
 ResolveVectors(const GpuIndex *ix, const uint64 *tids, int64 n, int dims, uint64 *ids,
                float *vectors)
 {
-    TidPos     *order = (TidPos *) palloc_extended(sizeof(TidPos) * n, MCXT_ALLOC_HUGE);
     int64       i = 0;
 
     for (int64 j = 0; j < n; j++)
-    {
-        order[j].tid = tids[j];
-        order[j].pos = j;
         ids[j] = UINT64_MAX;
-    }
-    qsort(order, n, sizeof(TidPos), CompareTidPos);
     while (i < n)
     {
-        BlockNumber blkno = (BlockNumber) (order[i].tid >> 16);
+        BlockNumber blkno = (BlockNumber) (tids[i] >> 16);
         Buffer      buf = ReadIndexPage(ix, blkno);
         Page        page;
         OffsetNumber maxoff;
@@ -494,9 +489,9 @@ ResolveVectors(const GpuIndex *ix, const uint64 *tids, int64 n, int dims, uint64
             Corrupted(ix, blkno, "vector");
         }
         maxoff = PageGetMaxOffsetNumber(page);
-        for (; i < n && (BlockNumber) (order[i].tid >> 16) == blkno; i++)
+        for (; i < n && (BlockNumber) (tids[i] >> 16) == blkno; i++)
         {
-            OffsetNumber off = (OffsetNumber) (order[i].tid & 0xFFFF);
+            OffsetNumber off = (OffsetNumber) (tids[i] & 0xFFFF);
             ItemId      iid;
             GpuivfVectorTuple *vt;
 
@@ -507,13 +502,12 @@ ResolveVectors(const GpuIndex *ix, const uint64 *tids, int64 n, int dims, uint64
                 ItemIdGetLength(iid) < offsetof(GpuivfVectorTuple, x) + sizeof(float4) * dims)
                 continue;
             vt = (GpuivfVectorTuple *) PageGetItem(page, iid);
-            ids[order[i].pos] = GpuivfTidToId(&vt->heaptid);
-            memcpy(vectors + (Size) order[i].pos * dims, vt->x, sizeof(float4) * dims);
+            ids[i] = GpuivfTidToId(&vt->heaptid);
+            memcpy(vectors + (Size) i * dims, vt->x, sizeof(float4) * dims);
         }
         UnlockReleaseBuffer(buf);
         CHECK_FOR_INTERRUPTS();
     }
-    pfree(order);
 }
 
 /* One new entry of a walk: its vector TID, position in the walk, list. */
@@ -524,13 +518,57 @@ typedef struct AddItem
     int32       list;
 } AddItem;
 
-static int
-CompareAddItems(const void *a, const void *b)
+/*
+ * Sort items by TID: least significant digit first, 11 bits a pass, only
+ * as many passes as the largest TID needs (three for a few million rows).
+ * With qsort here and again per chunk, a 1M-entry load took 626 ms instead
+ * of 550 ms (H200 machine, DEBUG1 line of SyncCopy).
+ */
+static void
+SortAddItemsByTid(AddItem *items, int64 n)
 {
-    uint64      x = ((const AddItem *) a)->tid;
-    uint64      y = ((const AddItem *) b)->tid;
+    const int   kBits = 11;
+    const int   kBuckets = 1 << kBits;
+    uint64      all = 0;
+    AddItem    *tmp;
+    AddItem    *from = items;
+    AddItem    *to;
+    int64      *pos;
 
-    return x < y ? -1 : (x > y ? 1 : 0);
+    if (n < 2)
+        return;
+    for (int64 i = 0; i < n; i++)
+        all |= items[i].tid;
+    tmp = (AddItem *) palloc_extended(sizeof(AddItem) * n, MCXT_ALLOC_HUGE);
+    pos = (int64 *) palloc(sizeof(int64) * kBuckets);
+    to = tmp;
+    for (int shift = 0; shift < 64 && (all >> shift) != 0; shift += kBits)
+    {
+        int64       sum = 0;
+
+        memset(pos, 0, sizeof(int64) * kBuckets);
+        for (int64 i = 0; i < n; i++)
+            pos[(from[i].tid >> shift) & (kBuckets - 1)]++;
+        for (int b = 0; b < kBuckets; b++)
+        {
+            int64       c = pos[b];
+
+            pos[b] = sum;
+            sum += c;
+        }
+        for (int64 i = 0; i < n; i++)
+            to[pos[(from[i].tid >> shift) & (kBuckets - 1)]++] = from[i];
+        {
+            AddItem    *t = from;
+
+            from = to;
+            to = t;
+        }
+    }
+    if (from != items)
+        memcpy(items, from, sizeof(AddItem) * n);
+    pfree(tmp);
+    pfree(pos);
 }
 
 /*
@@ -561,6 +599,7 @@ AddEntries(GpuIndex *ix, const GpuivfMetaPageData *meta, Walk *wk, uint64 *ids_o
     int64      *where;
     AddItem    *items;
     int64       e = 0;
+    instr_time  t0;
 
     for (int i = 0; i < wk->npages; i++)
         total += wk->pages[i].n - wk->pages[i].keep;
@@ -580,7 +619,7 @@ AddEntries(GpuIndex *ix, const GpuivfMetaPageData *meta, Walk *wk, uint64 *ids_o
         }
     }
     if (rerank)
-        qsort(items, total, sizeof(AddItem), CompareAddItems);
+        SortAddItemsByTid(items, total);
 
     chunk = Min(chunk, total);
     lists = (int32 *) palloc(sizeof(int32) * chunk);
@@ -606,10 +645,12 @@ AddEntries(GpuIndex *ix, const GpuivfMetaPageData *meta, Walk *wk, uint64 *ids_o
             where[j] = it->pos;
             memcpy(codes + (Size) j * code_size, wk->codes + (Size) it->pos * code_size, code_size);
         }
+        INSTR_TIME_SET_CURRENT(t0);
         if (rerank)
             ResolveVectors(ix, tids, n, dims, ids, vectors);
         else
             memcpy(ids, tids, sizeof(uint64) * n);
+        wk->t_vectors += MsSince(t0);
         for (int64 j = 0; j < n; j++)
             ids_out[where[j]] = ids[j];
 
@@ -628,11 +669,13 @@ AddEntries(GpuIndex *ix, const GpuivfMetaPageData *meta, Walk *wk, uint64 *ids_o
             }
             keep_ids[kept++] = ids[j];
         }
+        INSTR_TIME_SET_CURRENT(t0);
         if (kept > 0)
             WITH_EVICTION(ix, GpuivfCuda.gpuivf_cuda_index_add_encoded(GpuivfCudaRes, ix->gindex, kept,
                                                                        lists, codes, keep_ids,
                                                                        vectors),
                           "add entries to a GPU index");
+        wk->t_device += MsSince(t0);
         CHECK_FOR_INTERRUPTS();
     }
     pfree(items);
@@ -740,9 +783,12 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
     uint64     *remove = NULL;
     int64       nremove = 0;
     bool        fresh;
+    instr_time  t_start;
+    double      t_walk;
 
     /* the copy changes: no search in flight may still read it */
     GpuivfDrainSearches();
+    INSTR_TIME_SET_CURRENT(t_start);
 
     ReadMetaPage(ix, &meta1);
     if (!GpuivfMetaIsTrained(&meta1) || meta1.train_id != req->train_id ||
@@ -764,6 +810,7 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
     wk.code_size = meta1.code_size;
     new_pages = WalkLists(ix, &meta1, req->lsn_reliable && !fresh, &wk);
     ReadMetaPage(ix, &meta2);
+    t_walk = MsSince(t_start);
 
     /* only inserts since the last walk: the generation moved by rows + pages */
     /* (a shard does not walk the other shards' lists, so it cannot count
@@ -815,6 +862,10 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
     ix->generation = meta1.generation;
     ix->end_generation = meta2.generation;
     ix->end_vectors = meta2.vectors;
+    elog(DEBUG1, "gpuivf GPU worker %s index %u: %lld entries of %d list pages in %.0f ms "
+         "(walking the lists %.0f ms, reading vectors %.0f ms, to the engine %.0f ms)",
+         fresh ? "loaded" : "caught up", ix->indexoid, (long long) wk.n, wk.npages,
+         MsSince(t_start), t_walk, wk.t_vectors, wk.t_device);
     pg_atomic_fetch_add_u64(fresh ? &GpuivfShmem->workers[GpuivfMyWorker].loads
                             : &GpuivfShmem->workers[GpuivfMyWorker].refreshes, 1);
     return true;
