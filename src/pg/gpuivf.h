@@ -611,6 +611,9 @@ void        GpuivfCalibSampleAdd(GpuivfCalibSample *sample, const float4 *x, uin
  * index, or NULL (drawn here).  Returns false when nothing was stored
  * (untrained, too few rows, gpuivf.analyze_sample = 0, rebuilt meanwhile). */
 bool        GpuivfCalibrate(Relation index, Relation heap, const GpuivfCalibSample *drawn);
+/* Would calibrating an index of meta's shape search through the GPU worker
+ * (gpuivf.device not cpu, a worker up, every point within its limits)? */
+bool        GpuivfCalibrationSearchesOnGpu(const GpuivfMetaPageData *meta);
 /* Should VACUUM (which hides a following ANALYZE from the AM) re-measure?
  * True when the index has no curve or its size changed by 10% or more. */
 bool        GpuivfCalibrationIsStale(const GpuivfMetaPageData *meta);
@@ -740,6 +743,11 @@ bool        GpuivfWorkerEncodeSubmit(GpuivfEncodeJob *job, Relation index, int a
 bool        GpuivfWorkerEncodeWait(GpuivfEncodeJob *job, Relation index, const int32 **lists,
                                    const uint8 **codes);
 void        GpuivfWorkerEncodeEnd(GpuivfEncodeJob *job);
+/* A GPU worker loads the index's copy while the build logs its pages (the
+ * calibration that follows then finds it ready); Start returns whether it
+ * asked, Wait waits for that answer.  Neither raises for a failed load. */
+bool        GpuivfWorkerLoadStart(Relation index, const GpuivfMetaPageData *meta);
+void        GpuivfWorkerLoadWait(Relation index);
 
 /*
  * The GPU engine's limits per query (the same numbers as

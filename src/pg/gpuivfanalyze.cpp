@@ -731,6 +731,13 @@ CalibrateViaSearch(const GpuivfMetaPageData *meta)
 #endif
 }
 
+/* The calibration's searches go to the GPU worker (gpuivf.h). */
+bool
+GpuivfCalibrationSearchesOnGpu(const GpuivfMetaPageData *meta)
+{
+    return gpuivf_analyze_sample > 0 && CalibrateViaSearch(meta);
+}
+
 /* Mean recall measured at point j. */
 static double
 SweepMean(const SweepState *sw, int j)

@@ -113,6 +113,7 @@ typedef struct GpuivfBuildState
     /* seconds per phase, for the DEBUG1 summary */
     instr_time  phase_start;
     double      t_sample, t_train, t_encode, t_engine, t_lists, t_wal, t_calibrate;
+    double      t_load_wait;    /* of t_wal: waiting for the worker's load */
     bool        engine_on_gpu;
 
     MemoryContext rowctx;       /* reset after every row */
@@ -472,15 +473,15 @@ StartEncoding(GpuivfBuildState *bs)
         StartSort(bs);
 }
 
-/* Seconds since t0, added to the time the scan spent on the engine. */
+/* Seconds since t0, added to *acc. */
 static void
-AddEngineTime(GpuivfBuildState *bs, instr_time t0)
+AddSeconds(double *acc, instr_time t0)
 {
     instr_time  t1;
 
     INSTR_TIME_SET_CURRENT(t1);
     INSTR_TIME_SUBTRACT(t1, t0);
-    bs->t_engine += INSTR_TIME_GET_DOUBLE(t1);
+    *acc += INSTR_TIME_GET_DOUBLE(t1);
 }
 
 /* Encode n raw rows with the CPU engine into bs->labels / bs->codes
@@ -563,7 +564,7 @@ FinishPending(GpuivfBuildState *bs)
         labels = bs->labels;
         codes = bs->codes;
     }
-    AddEngineTime(bs, t0);
+    AddSeconds(&bs->t_engine, t0);
     ProcessBatch(bs, bs->area_raw[area], bs->area_tids[area], n, labels, codes);
 }
 
@@ -589,7 +590,7 @@ FlushBatch(GpuivfBuildState *bs)
         FinishPending(bs);
         INSTR_TIME_SET_CURRENT(t0);
         submitted = GpuivfWorkerEncodeSubmit(bs->encode_job, bs->index, bs->cur, n);
-        AddEngineTime(bs, t0);
+        AddSeconds(&bs->t_engine, t0);
         if (submitted)
         {
             bs->pending_n = n;
@@ -600,7 +601,7 @@ FlushBatch(GpuivfBuildState *bs)
     }
     INSTR_TIME_SET_CURRENT(t0);
     EncodeOnCpu(bs, bs->area_raw[bs->cur], n, bs->encode_job == NULL);
-    AddEngineTime(bs, t0);
+    AddSeconds(&bs->t_engine, t0);
     ProcessBatch(bs, bs->area_raw[bs->cur], bs->area_tids[bs->cur], n, bs->labels, bs->codes);
     bs->batch_n = 0;
 }
@@ -908,7 +909,27 @@ gpuivfbuild(Relation heap, Relation index, IndexInfo *indexInfo)
     else
         BuildTrained(bs, indexInfo, &reltuples);
 
+    /*
+     * The calibration below searches the fresh index on the GPU worker, which
+     * must load it first (half a second for 1M rows): it loads it while the
+     * pages are logged here instead.
+     */
+    if (bs->rows > 0 && bs->engine_on_gpu)
+    {
+        GpuivfMetaPageData meta;
+
+        GpuivfReadMeta(index, &meta);
+        if (GpuivfCalibrationSearchesOnGpu(&meta))
+            (void) GpuivfWorkerLoadStart(index, &meta);
+    }
     GpuivfBuildLogPages(index, bs->forknum);
+    {
+        instr_time  t0;
+
+        INSTR_TIME_SET_CURRENT(t0);
+        GpuivfWorkerLoadWait(index);
+        AddSeconds(&bs->t_load_wait, t0);
+    }
     bs->t_wal = PhaseSeconds(bs);
     /* a fresh index is tuned before its first ANALYZE */
     if (bs->rows > 0)
@@ -916,10 +937,11 @@ gpuivfbuild(Relation heap, Relation index, IndexInfo *indexInfo)
     bs->t_calibrate = PhaseSeconds(bs);
     elog(DEBUG1, "gpuivf build of \"%s\": %lld rows; sample scan %.3f s, training %.3f s, "
          "encoding scan %.3f s (waiting for the engine %.3f s, on the %s), lists %.3f s (entries sorted %s), "
-         "WAL %.3f s, calibration %.3f s",
+         "WAL %.3f s (then waiting for the GPU worker's load %.3f s), calibration %.3f s",
          RelationGetRelationName(index), (long long) bs->rows, bs->t_sample, bs->t_train,
          bs->t_encode, bs->t_engine, bs->engine_on_gpu ? "GPU" : "CPU", bs->t_lists,
-         bs->mem_entries ? "in memory" : "by a tuplesort", bs->t_wal, bs->t_calibrate);
+         bs->mem_entries ? "in memory" : "by a tuplesort", bs->t_wal, bs->t_load_wait,
+         bs->t_calibrate);
     result->heap_tuples = reltuples;
     result->index_tuples = (double) (bs->rows == 0 ? 0 : bs->encoded);
 

@@ -695,34 +695,49 @@ struct GpuivfEncodeJob
     int         pending_area;
 };
 
-/* The job with a request in flight, for the abort callbacks. */
+/* Requests submitted now and waited for later, for the abort callbacks:
+ * the encode job with a batch in flight, a build's load request. */
 static GpuivfEncodeJob *PendingEncodeJob = NULL;
-static bool encode_callbacks_registered = false;
+static GpuivfRequestSlot *PendingLoad = NULL;
+static bool pending_callbacks_registered = false;
 
-/* An aborted (sub)transaction leaves no encode request behind. */
+/* An aborted (sub)transaction leaves no such request behind. */
 static void
-AbandonPendingEncode(void)
+AbandonPendingRequests(void)
 {
     if (PendingEncodeJob != NULL && PendingEncodeJob->pending != NULL)
         GpuivfAbandonRequest(PendingEncodeJob->pending);
     if (PendingEncodeJob != NULL)
         PendingEncodeJob->pending = NULL;
     PendingEncodeJob = NULL;
+    if (PendingLoad != NULL)
+        GpuivfAbandonRequest(PendingLoad);
+    PendingLoad = NULL;
 }
 
 static void
-EncodeXactCallback(XactEvent event, void *arg)
+PendingXactCallback(XactEvent event, void *arg)
 {
     if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
-        AbandonPendingEncode();
+        AbandonPendingRequests();
 }
 
 static void
-EncodeSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
-                      SubTransactionId parentSubid, void *arg)
+PendingSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
+                       SubTransactionId parentSubid, void *arg)
 {
     if (event == SUBXACT_EVENT_ABORT_SUB)
-        AbandonPendingEncode();
+        AbandonPendingRequests();
+}
+
+static void
+RegisterPendingCallbacks(void)
+{
+    if (pending_callbacks_registered)
+        return;
+    RegisterXactCallback(PendingXactCallback, NULL);
+    RegisterSubXactCallback(PendingSubXactCallback, NULL);
+    pending_callbacks_registered = true;
 }
 
 /* Starts encoding on the GPU worker (gpuivf.h); NULL: the CPU encodes. */
@@ -751,12 +766,7 @@ GpuivfWorkerEncodeBegin(const gpuivf::IvfPqModel &model, int64 batch_cap)
     memcpy(base + l.centroids_off, model.centroids, sizeof(float) * (Size) model.nlist * model.d);
     memcpy(base + l.codebook_off, model.codebook,
            sizeof(float) * CodebookFloats(model.d, model.m, model.nbits));
-    if (!encode_callbacks_registered)
-    {
-        RegisterXactCallback(EncodeXactCallback, NULL);
-        RegisterSubXactCallback(EncodeSubXactCallback, NULL);
-        encode_callbacks_registered = true;
-    }
+    RegisterPendingCallbacks();
     job = (GpuivfEncodeJob *) palloc0(sizeof(GpuivfEncodeJob));
     job->seg = seg;
     job->layout = l;
@@ -852,6 +862,57 @@ GpuivfWorkerEncodeEnd(GpuivfEncodeJob *job)
         PendingEncodeJob = NULL;
     dsm_detach(job->seg);
     pfree(job);
+}
+
+/*
+ * A build's index, loaded by a GPU worker in the background (gpuivf.h):
+ * true when a LOAD request went out; GpuivfWorkerLoadWait waits for it.
+ * Nothing is raised and nothing counts as a CPU fallback: without a worker
+ * (or for a sharded index, whose shards load on their own workers) the
+ * calibration's first search loads the copy as it always did.
+ */
+bool
+GpuivfWorkerLoadStart(Relation index, const GpuivfMetaPageData *meta)
+{
+    GpuivfRequestSlot *slot;
+
+    Assert(PendingLoad == NULL);
+    if (gpuivf_device == GPUIVF_DEVICE_CPU || GpuivfReadyWorkers() == 0 || ShardCount(meta) > 1)
+        return false;
+    if ((slot = GpuivfMySlot()) == NULL)
+        return false;
+    slot->kind = GPUIVF_KIND_LOAD;
+    SetIndexIdentity(slot, index, meta);
+    slot->nq = 0;
+    slot->kmax = 0;
+    RegisterPendingCallbacks();
+    PendingLoad = slot;
+    GpuivfSubmit(slot);
+    return true;
+}
+
+/* Wait for the load GpuivfWorkerLoadStart sent (if any); a failed load is
+ * only reported at DEBUG1 (the next search of the index loads it again). */
+void
+GpuivfWorkerLoadWait(Relation index)
+{
+    GpuivfRequestSlot *slot = PendingLoad;
+
+    if (slot == NULL)
+        return;
+    /* from here the wait owns the request: an error in it abandons it */
+    PendingLoad = NULL;
+    if (!GpuivfWaitAnswer(slot, 0))
+        return;
+    if (slot->result != GPUIVF_RESULT_OK)
+        ereport(DEBUG1,
+                (errmsg("gpuivf GPU worker did not load index \"%s\" ahead of its calibration: %s",
+                        RelationGetRelationName(index), slot->message)));
+    else
+        ereport(DEBUG1,
+                (errmsg("gpuivf GPU worker %d loaded index \"%s\" while its pages were logged",
+                        slot->taken_by, RelationGetRelationName(index))));
+    GpuivfReleaseSlot(slot);
 }
 
 /* ------------------------------------------------- exact kNN (ANALYZE) */

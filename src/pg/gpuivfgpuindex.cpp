@@ -974,6 +974,22 @@ GpuivfGetCopyFor(const GpuivfRequestSlot *req, uint64 generation)
     return ref;
 }
 
+/*
+ * LOAD: load the request's index, or bring its copy up to the request's
+ * generation, and answer nothing (a build asks before it logs its pages, so
+ * that the load overlaps that and its calibration's searches find the copy
+ * ready: GpuivfWorkerPrefetchBegin).
+ */
+void
+GpuivfServeLoad(int worker, int slotno)
+{
+    GpuivfRequestSlot *r = &GpuivfShmem->slots[slotno];
+
+    (void) worker;
+    (void) GpuivfGetCopyFor(r, r->generation);
+    r->result = GPUIVF_RESULT_OK;
+}
+
 /* Publish this worker's cache after a search (last-use times). */
 void
 GpuivfPublishCache(void)

@@ -433,11 +433,13 @@ ServeGroup(int worker, int *slotnos, int n, MemoryContext batchcxt)
             later = GpuivfServeSearchGroup(worker, slotnos, n);
         else
         {
-            /* builds and exact kNN use the main resources, which the
-             * search streams share */
+            /* builds, exact kNN and loads use the main resources, which
+             * the search streams share */
             GpuivfDrainSearches();
             if (first->kind == GPUIVF_KIND_EXACT_KNN)
                 GpuivfServeExactKnn(worker, slotnos[0]);
+            else if (first->kind == GPUIVF_KIND_LOAD)
+                GpuivfServeLoad(worker, slotnos[0]);
             else
                 GpuivfServeBuild(worker, slotnos[0]);
         }

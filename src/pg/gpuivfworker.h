@@ -102,7 +102,8 @@ typedef enum GpuivfRequestKind
     GPUIVF_KIND_SEARCH = 1,     /* batched IVF-PQ search of one index */
     GPUIVF_KIND_TRAIN,          /* CREATE INDEX: k-means + PQ on a sample (DSM) */
     GPUIVF_KIND_ENCODE,         /* CREATE INDEX: lists + codes of a batch (DSM) */
-    GPUIVF_KIND_EXACT_KNN       /* ANALYZE: exact top-k of queries among rows (DSM) */
+    GPUIVF_KIND_EXACT_KNN,      /* ANALYZE: exact top-k of queries among rows (DSM) */
+    GPUIVF_KIND_LOAD            /* load or catch up an index's GPU copy (no data) */
 } GpuivfRequestKind;
 
 typedef enum GpuivfResultCode
@@ -318,6 +319,8 @@ typedef struct GpuivfCopyRef
 void        GpuivfGpuCacheInit(void);
 void        GpuivfGpuCacheReset(void);      /* drop everything (context lost) */
 GpuivfCopyRef GpuivfGetCopyFor(const GpuivfRequestSlot *req, uint64 generation);
+/* LOAD: the request's index's copy, brought up to the request's generation */
+void        GpuivfServeLoad(int worker, int slotno);
 void        GpuivfPublishCache(void);
 
 /* gpuivfgpusearch.cpp: searches, on search streams when they can */

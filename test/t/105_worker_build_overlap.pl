@@ -42,12 +42,19 @@ sub build
 	my ($name, $mem, $expr) = @_;
 	$expr //= 'v';
 	my $builds0 = worker_stat($node, 'builds');
+	my $loads0 = worker_stat($node, 'loads');
 	my ($ret, $out, $err) = $node->psql('postgres',
 		"SET maintenance_work_mem = '$mem'; SET client_min_messages = debug1; "
 		  . "CREATE INDEX $name ON items USING gpuivf (($expr)) WITH (lists = 8)");
 	return ($ret, $err) if $ret != 0;
 	my ($line) = $err =~ /(gpuivf build of .*)/;
 	my $requests = worker_stat($node, 'builds') - $builds0;
+	# the worker loaded the fresh index while the build logged its pages,
+	# and the calibration's searches found that copy: one load in all
+	like($err, qr/loaded index "$name" while its pages were logged/,
+		"$name: the worker loaded it while the build logged its pages");
+	like($err, qr/calibrated on \d+ queries/, "$name: calibrated by the build");
+	is(worker_stat($node, 'loads') - $loads0, 1, "$name: loaded once by the worker, during the build");
 	my $info = index_info($node, $name);
 	my $sizes = join ',', map { $info->{"list_size_$_"} // 'none' } 0 .. 7;
 	my @answers = map {
