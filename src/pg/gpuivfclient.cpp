@@ -296,6 +296,7 @@ SubmitSearch(Relation index, GpuivfRequestSlot *slot, int nq)
 }
 
 /* Adds an answered search request's timings and counts to stats (if any). */
+
 static void
 AddSearchStats(GpuivfSearchStats *stats, const GpuivfRequestSlot *slot)
 {
@@ -307,6 +308,61 @@ AddSearchStats(GpuivfSearchStats *stats, const GpuivfRequestSlot *slot)
     stats->reranked += slot->reranked;
     if (slot->taken_at > slot->submitted_at)
         stats->queue_ms += (double) (slot->taken_at - slot->submitted_at) / 1000.0;
+}
+
+/*
+ * One request of a search: the queries from off on that fit a request
+ * buffer (the answers' stride is the largest stride[] among them: each
+ * query's k, or its candidates for a shard), filled into this backend's
+ * slot, sent (to shard's worker when nshards > 1, else to any) and
+ * answered.  Returns how many queries it took; 0 when the whole batch of nq
+ * queries goes to the CPU (counted, or raised under gpuivf.device = gpu).
+ * Otherwise *slot holds the answer, laid out as *l with stride *kmax: the
+ * caller reads it and releases the slot.
+ */
+static int
+SearchRequest(Relation index, const GpuivfMetaPageData *meta, const GpuivfQuery *queries,
+              const int *stride, int off, int nq, int nshards, int shard,
+              GpuivfRequestSlot **slot, GpuivfSearchLayout *l, int *kmax)
+{
+    bool        sharded = nshards > 1;
+    int         dims = (int) meta->dims;
+    int         c = 0;
+
+    *kmax = 1;
+    while (off + c < nq)
+    {
+        int         k2 = Max(*kmax, stride[off + c]);
+
+        if (GpuivfSearchPayloadLayout(c + 1, dims, k2, sharded).total > GpuivfShmem->payload_bytes)
+            break;
+        *kmax = k2;
+        c++;
+    }
+    if (c == 0 || (*slot = GpuivfMySlot()) == NULL)
+    {
+        /* a query larger than a request buffer, or a process without a
+         * request slot */
+        SearchDoesNotFit(index, nq);
+        return 0;
+    }
+    *l = GpuivfSearchPayloadLayout(c, dims, *kmax, sharded);
+    (*slot)->kind = GPUIVF_KIND_SEARCH;
+    SetIndexIdentity(*slot, index, meta);
+    if (sharded)
+    {
+        (*slot)->target_worker = shard;
+        (*slot)->nshards = nshards;
+        (*slot)->shard = shard;
+    }
+    (*slot)->nq = c;
+    (*slot)->kmax = *kmax;
+    FillSearchPayload(GpuivfSlotPayload((int) (*slot - GpuivfShmem->slots)), l, queries + off, c,
+                      dims);
+    /* a failure sends the whole batch to the CPU: every query counts */
+    if (!SubmitSearch(index, *slot, nq))
+        return 0;
+    return c;
 }
 
 /* A candidate of one query from one shard. */
@@ -374,7 +430,6 @@ ShardedSearch(Relation index, const GpuivfMetaPageData *meta, int nshards, int n
               GpuivfSearchStats *stats)
 {
     bool        stores_vectors = (meta->flags & GPUIVF_META_RERANK) != 0;
-    int         dims = (int) meta->dims;
     ShardHit  **pool = (ShardHit **) palloc(sizeof(ShardHit *) * nq);
     int        *npool = (int *) palloc0(sizeof(int) * nq);
     int        *cand = (int *) palloc(sizeof(int) * nq);
@@ -402,40 +457,17 @@ ShardedSearch(Relation index, const GpuivfMetaPageData *meta, int nshards, int n
     {
         for (int off = 0; off < nq;)
         {
-            int         kmax = 1;
-            int         c = 0;
+            int         kmax;
+            int         c;
             GpuivfSearchLayout l;
             GpuivfRequestSlot *slot;
             char       *payload;
 
             /* as many queries as fit one request, their stride their most candidates */
-            while (off + c < nq)
-            {
-                int         k2 = Max(kmax, cand[off + c]);
-
-                if (GpuivfSearchPayloadLayout(c + 1, dims, k2, true).total >
-                    GpuivfShmem->payload_bytes)
-                    break;
-                kmax = k2;
-                c++;
-            }
-            if (c == 0 || (slot = GpuivfMySlot()) == NULL)
-            {
-                SearchDoesNotFit(index, nq);
+            c = SearchRequest(index, meta, queries, cand, off, nq, nshards, s, &slot, &l, &kmax);
+            if (c == 0)
                 return false;
-            }
-            l = GpuivfSearchPayloadLayout(c, dims, kmax, true);
             payload = GpuivfSlotPayload((int) (slot - GpuivfShmem->slots));
-            slot->kind = GPUIVF_KIND_SEARCH;
-            SetIndexIdentity(slot, index, meta);
-            slot->target_worker = s;
-            slot->nshards = nshards;
-            slot->shard = s;
-            slot->nq = c;
-            slot->kmax = kmax;
-            FillSearchPayload(payload, &l, queries + off, c, dims);
-            if (!SubmitSearch(index, slot, nq))
-                return false;
             for (int q = 0; q < c; q++)
             {
                 int         got = ((int32 *) (payload + l.nhits_off))[q];
@@ -505,7 +537,7 @@ GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
 {
     GpuivfMetaPageData meta;
     GpuivfRequestSlot *slot;
-    int         dims;
+    int        *want;
 
     if (nq <= 0 || !WorkerUsable(nq))
         return false;
@@ -521,7 +553,6 @@ GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
             GpuivfQueryIsExact(&meta, &queries[i]))
             return false;
     }
-    dims = (int) meta.dims;
 
     if (stats != NULL)
         memset(stats, 0, sizeof(*stats));
@@ -535,40 +566,21 @@ GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
             return ShardedSearch(index, &meta, nshards, nq, queries, hits, nhits, stats);
     }
 
+    want = (int *) palloc(sizeof(int) * nq);
+    for (int i = 0; i < nq; i++)
+        want[i] = queries[i].k;
     for (int off = 0; off < nq;)
     {
-        int         kmax = 1;
-        int         c = 0;
+        int         kmax;
+        int         c;
         GpuivfSearchLayout l;
         char       *payload;
 
         /* as many queries as fit one request buffer, their stride their largest k */
-        while (off + c < nq)
-        {
-            int         k2 = Max(kmax, queries[off + c].k);
-
-            if (GpuivfSearchPayloadLayout(c + 1, dims, k2).total > GpuivfShmem->payload_bytes)
-                break;
-            kmax = k2;
-            c++;
-        }
-        if (c == 0 || (slot = GpuivfMySlot()) == NULL)
-        {
-            /* a query larger than a request buffer, or a process without
-             * a request slot */
-            SearchDoesNotFit(index, nq);
+        c = SearchRequest(index, &meta, queries, want, off, nq, 1, 0, &slot, &l, &kmax);
+        if (c == 0)
             return false;
-        }
-        l = GpuivfSearchPayloadLayout(c, dims, kmax);
         payload = GpuivfSlotPayload((int) (slot - GpuivfShmem->slots));
-        slot->kind = GPUIVF_KIND_SEARCH;
-        SetIndexIdentity(slot, index, &meta);
-        slot->nq = c;
-        slot->kmax = kmax;
-        FillSearchPayload(payload, &l, queries + off, c, dims);
-        /* a failure sends the whole batch to the CPU: every query counts */
-        if (!SubmitSearch(index, slot, nq))
-            return false;
         for (int q = 0; q < c; q++)
         {
             int         got = ((int32 *) (payload + l.nhits_off))[q];
@@ -588,6 +600,7 @@ GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
         GpuivfReleaseSlot(slot);
         off += c;
     }
+    pfree(want);
     return true;
 }
 

@@ -16,7 +16,6 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(usleep);
 use GpuivfTest;
 
 local $ENV{CUDA_VISIBLE_DEVICES} = '';
@@ -104,15 +103,9 @@ like($err, qr/sqlstate 55000/, 'with SQLSTATE 55000 (object_not_in_prerequisite_
 
 # ---------------------------------------------------- restart, no loop
 $node->safe_psql('postgres', 'SELECT pg_terminate_backend(pid) FROM gpuivf_stat');
-my $new = '';
-for (1 .. 200)
-{
-	$new = $node->safe_psql('postgres',
-		"SELECT pid FROM gpuivf_stat WHERE state = 'no gpu' AND pid <> $pid");
-	last if $new ne '';
-	usleep(100_000);
-}
-isnt($new, '', 'a terminated worker is started again');
+is( poll_until($node,
+		"SELECT count(*) FROM gpuivf_stat WHERE state = 'no gpu' AND pid <> $pid", '1'),
+	'1', 'a terminated worker is started again');
 sleep 1;
 is(count_in_log('has no usable GPU'), 2, 'and says once more that it has no GPU');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM items ORDER BY 1'),

@@ -92,14 +92,9 @@ my $h = IPC::Run::start(
 	'>', \$out, '2>', \$err, $timer);
 
 # wait until the query runs, then some time into the load
-my $active = '';
-for (1 .. 100)
-{
-	$active = $node->safe_psql('postgres',
-		"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'loader' AND state = 'active'");
-	last if $active eq '1';
-	usleep(50_000);
-}
+poll_until($node,
+	"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'loader' AND state = 'active'",
+	'1');
 usleep(1_000_000);
 is( $node->safe_psql('postgres',
 		"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'loader' AND state = 'active'"),
