@@ -490,6 +490,7 @@ void        GpuivfWriterInit(GpuivfPageWriter *w, Relation index, ForkNumber for
 void        GpuivfWriterNewChain(GpuivfPageWriter *w);
 void        GpuivfWriterAdd(GpuivfPageWriter *w, const void *item, Size size, ItemPointer tid);
 void        GpuivfWriterPause(GpuivfPageWriter *w);   /* unlock before long engine work */
+void        GpuivfWriterFinish(GpuivfPageWriter *w);  /* unused pages to the FSM */
 void        GpuivfBuildPutMeta(Relation index, ForkNumber forknum, const GpuivfMetaPageData *meta);
 void        GpuivfBuildLogPages(Relation index, ForkNumber forknum);
 

@@ -770,7 +770,7 @@ WriteLists(GpuivfBuildState *bs, GpuivfListDirEntry *dir)
     }
     if (w.cur >= 0)
         dir[w.cur].tail = dir[w.cur].insert_page = w.pw.blkno;
-    GpuivfWriterPause(&w.pw);
+    GpuivfWriterFinish(&w.pw);
     pfree(w.entry);
 }
 
@@ -833,6 +833,7 @@ BuildTrained(GpuivfBuildState *bs, IndexInfo *indexInfo, double *reltuples)
     GpuivfWorkerEncodeEnd(bs->encode_job);
     bs->encode_job = NULL;
     meta.vector_insert_page = bs->vecw.blkno;
+    GpuivfWriterFinish(&bs->vecw);
     bs->t_encode = PhaseSeconds(bs);
 
     dir = (GpuivfListDirEntry *) palloc_extended((Size) bs->lists * sizeof(GpuivfListDirEntry),
@@ -843,6 +844,9 @@ BuildTrained(GpuivfBuildState *bs, IndexInfo *indexInfo, double *reltuples)
                         &meta.directory_pages);
     meta.vectors = (uint64) bs->encoded;
     GpuivfBuildPutMeta(bs->index, bs->forknum, &meta);
+    /* the writers' unused pages are in the FSM: make them findable */
+    if (bs->forknum == MAIN_FORKNUM)
+        FreeSpaceMapVacuum(bs->index);
     bs->t_lists = PhaseSeconds(bs);
 }
 

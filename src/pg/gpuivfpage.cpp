@@ -261,8 +261,8 @@ GpuivfWriterPause(GpuivfPageWriter *w)
  * of the backend's time in a 1M-row build.  Chunks grow with the writer (an
  * eighth of its pages so far, 1 to 1024), so at most an eighth of its pages
  * is left over.  Those stay all-zero, like the page of an extension cut
- * short by a crash: VACUUM records them as free space, inserts take them,
- * log_newpage_range skips them.
+ * short by a crash: GpuivfWriterFinish (and later VACUUM) records them in
+ * the FSM, inserts take them, log_newpage_range skips them.
  */
 static Buffer
 WriterNewBuffer(GpuivfPageWriter *w)
@@ -286,6 +286,22 @@ WriterNewBuffer(GpuivfPageWriter *w)
         w->reserve_end = first + chunk;
     }
     return ReadBufferExtended(w->index, w->forknum, w->reserve_next++, RBM_ZERO_AND_LOCK, NULL);
+}
+
+/*
+ * The writer is done: its page is released, and the pages it added to the
+ * fork but did not use go to the FSM as empty (as VACUUM records all-zero
+ * pages), so the first inserts fill them instead of extending the file.  The
+ * caller updates the FSM's upper levels (FreeSpaceMapVacuum).
+ */
+void
+GpuivfWriterFinish(GpuivfPageWriter *w)
+{
+    GpuivfWriterPause(w);
+    if (w->forknum == MAIN_FORKNUM)
+        for (BlockNumber b = w->reserve_next; b < w->reserve_end; b++)
+            RecordPageWithFreeSpace(w->index, b, GPUIVF_PAGE_CAPACITY);
+    w->reserve_next = w->reserve_end;
 }
 
 /* Append a fresh page, linking it from the current one when chained. */

@@ -72,7 +72,7 @@ CollectDeadVectors(IndexVacuumInfo *info, IndexBulkDeleteCallback callback,
         LockBuffer(buf, BUFFER_LOCK_SHARE);
         page = BufferGetPage(buf);
         if (PageIsNew(page))
-            freespace = BLCKSZ - MAXALIGN(SizeOfPageHeaderData) - MAXALIGN(sizeof(GpuivfPageOpaqueData));
+            freespace = GPUIVF_PAGE_CAPACITY;
         else if (GpuivfPageIsType(page, GPUIVF_PAGE_VECTOR))
         {
             maxoff = PageGetMaxOffsetNumber(page);
