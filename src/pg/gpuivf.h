@@ -447,6 +447,7 @@ void        GpuivfRaiseStatus(const gpuivf::Status &status);
 bool        GpuivfShouldCancel(void *arg);                   /* CancelHook, never longjmps */
 bool        GpuivfSortedIdsContain(const uint64 *ids, int64 n, uint64 id);  /* binary search */
 int64       GpuivfReservoirSlot(pg_prng_state *prng, int64 held, int64 cap, int64 seen);
+void        GpuivfAddSeconds(double *seconds, instr_time *since);  /* since: now */
 
 /* gpuivfutils.cpp: checks a detoasted real[] (element type, NULLs, shape,
  * empty, NaN, infinity) and returns a pointer to its float4 values inside the

@@ -110,7 +110,8 @@ typedef struct GpuivfBuildState
     GpuivfPageWriter vecw;
     int64       encoded;
 
-    /* seconds per phase, for the DEBUG1 summary */
+    /* seconds per phase, for the DEBUG1 summary (GpuivfAddSeconds from
+     * phase_start, which each phase's end moves on) */
     instr_time  phase_start;
     double      t_sample, t_train, t_encode, t_engine, t_lists, t_wal, t_calibrate;
     double      t_load_wait;    /* of t_wal: waiting for the worker's load */
@@ -128,19 +129,6 @@ BuildCancelHook(void)
     hook.should_cancel = GpuivfShouldCancel;
     hook.arg = NULL;
     return hook;
-}
-
-/* Seconds since the last call (or since the phase clock started). */
-static double
-PhaseSeconds(GpuivfBuildState *bs)
-{
-    instr_time  now;
-    double      s;
-
-    INSTR_TIME_SET_CURRENT(now);
-    s = INSTR_TIME_GET_DOUBLE(now) - INSTR_TIME_GET_DOUBLE(bs->phase_start);
-    bs->phase_start = now;
-    return s;
 }
 
 /* pg_stat_progress_create_index.subphase names. */
@@ -473,17 +461,6 @@ StartEncoding(GpuivfBuildState *bs)
         StartSort(bs);
 }
 
-/* Seconds since t0, added to *acc. */
-static void
-AddSeconds(double *acc, instr_time t0)
-{
-    instr_time  t1;
-
-    INSTR_TIME_SET_CURRENT(t1);
-    INSTR_TIME_SUBTRACT(t1, t0);
-    *acc += INSTR_TIME_GET_DOUBLE(t1);
-}
-
 /* Encode n raw rows with the CPU engine into bs->labels / bs->codes
  * (prepared: bs->batch_prep already holds their prepared copies). */
 static void
@@ -564,7 +541,7 @@ FinishPending(GpuivfBuildState *bs)
         labels = bs->labels;
         codes = bs->codes;
     }
-    AddSeconds(&bs->t_engine, t0);
+    GpuivfAddSeconds(&bs->t_engine, &t0);
     ProcessBatch(bs, bs->area_raw[area], bs->area_tids[area], n, labels, codes);
 }
 
@@ -590,7 +567,7 @@ FlushBatch(GpuivfBuildState *bs)
         FinishPending(bs);
         INSTR_TIME_SET_CURRENT(t0);
         submitted = GpuivfWorkerEncodeSubmit(bs->encode_job, bs->index, bs->cur, n);
-        AddSeconds(&bs->t_engine, t0);
+        GpuivfAddSeconds(&bs->t_engine, &t0);
         if (submitted)
         {
             bs->pending_n = n;
@@ -601,7 +578,7 @@ FlushBatch(GpuivfBuildState *bs)
     }
     INSTR_TIME_SET_CURRENT(t0);
     EncodeOnCpu(bs, bs->area_raw[bs->cur], n, bs->encode_job == NULL);
-    AddSeconds(&bs->t_engine, t0);
+    GpuivfAddSeconds(&bs->t_engine, &t0);
     ProcessBatch(bs, bs->area_raw[bs->cur], bs->area_tids[bs->cur], n, bs->labels, bs->codes);
     bs->batch_n = 0;
 }
@@ -804,7 +781,7 @@ BuildTrained(GpuivfBuildState *bs, IndexInfo *indexInfo, double *reltuples)
 
     ResolveModelShape(bs);
     TrainModel(bs);
-    bs->t_train = PhaseSeconds(bs);
+    GpuivfAddSeconds(&bs->t_train, &bs->phase_start);
 
     FillUntrainedMeta(bs->index, bs->opts, &meta);
     meta.flags |= GPUIVF_META_TRAINED;
@@ -834,7 +811,7 @@ BuildTrained(GpuivfBuildState *bs, IndexInfo *indexInfo, double *reltuples)
     bs->encode_job = NULL;
     meta.vector_insert_page = bs->vecw.blkno;
     GpuivfWriterFinish(&bs->vecw);
-    bs->t_encode = PhaseSeconds(bs);
+    GpuivfAddSeconds(&bs->t_encode, &bs->phase_start);
 
     dir = (GpuivfListDirEntry *) palloc_extended((Size) bs->lists * sizeof(GpuivfListDirEntry),
                                                  MCXT_ALLOC_HUGE);
@@ -847,7 +824,7 @@ BuildTrained(GpuivfBuildState *bs, IndexInfo *indexInfo, double *reltuples)
     /* the writers' unused pages are in the FSM: make them findable */
     if (bs->forknum == MAIN_FORKNUM)
         FreeSpaceMapVacuum(bs->index);
-    bs->t_lists = PhaseSeconds(bs);
+    GpuivfAddSeconds(&bs->t_lists, &bs->phase_start);
 }
 
 /* The heap has no vector: an untrained index that REINDEX will train. */
@@ -906,7 +883,7 @@ gpuivfbuild(Relation heap, Relation index, IndexInfo *indexInfo)
                             (int64) GPUIVF_SAMPLE_PER_LIST * lists_guess);
     reltuples = table_index_build_scan(heap, index, indexInfo, true, true, SampleCallback,
                                        (void *) bs, NULL);
-    bs->t_sample = PhaseSeconds(bs);
+    GpuivfAddSeconds(&bs->t_sample, &bs->phase_start);
 
     if (bs->rows == 0)
         BuildUntrained(bs);
@@ -932,13 +909,13 @@ gpuivfbuild(Relation heap, Relation index, IndexInfo *indexInfo)
 
         INSTR_TIME_SET_CURRENT(t0);
         GpuivfWorkerLoadWait(index);
-        AddSeconds(&bs->t_load_wait, t0);
+        GpuivfAddSeconds(&bs->t_load_wait, &t0);
     }
-    bs->t_wal = PhaseSeconds(bs);
+    GpuivfAddSeconds(&bs->t_wal, &bs->phase_start);
     /* a fresh index is tuned before its first ANALYZE */
     if (bs->rows > 0)
         GpuivfCalibrate(index, heap, bs->calib);
-    bs->t_calibrate = PhaseSeconds(bs);
+    GpuivfAddSeconds(&bs->t_calibrate, &bs->phase_start);
     elog(DEBUG1, "gpuivf build of \"%s\": %lld rows; sample scan %.3f s, training %.3f s, "
          "encoding scan %.3f s (waiting for the engine %.3f s, on the %s), lists %.3f s (entries sorted %s), "
          "WAL %.3f s (then waiting for the GPU worker's load %.3f s), calibration %.3f s",

@@ -296,7 +296,6 @@ SubmitSearch(Relation index, GpuivfRequestSlot *slot, int nq)
 }
 
 /* Adds an answered search request's timings and counts to stats (if any). */
-
 static void
 AddSearchStats(GpuivfSearchStats *stats, const GpuivfRequestSlot *slot)
 {

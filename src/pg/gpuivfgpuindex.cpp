@@ -100,21 +100,10 @@ typedef struct Walk
     uint8      *codes;
     int64       n, cap;
     int         code_size;
-    /* where a load's time went (the DEBUG1 line of SyncCopy) */
+    /* where a load's time went, in seconds (the DEBUG1 line of SyncCopy) */
     double      t_vectors;      /* reading vector tuples for the entries */
     double      t_device;       /* handing entries to the engine */
 } Walk;
-
-/* Milliseconds since t0. */
-static double
-MsSince(instr_time t0)
-{
-    instr_time  t1;
-
-    INSTR_TIME_SET_CURRENT(t1);
-    INSTR_TIME_SUBTRACT(t1, t0);
-    return INSTR_TIME_GET_MILLISEC(t1);
-}
 
 /* ------------------------------------------------------------- pages */
 
@@ -650,7 +639,7 @@ AddEntries(GpuIndex *ix, const GpuivfMetaPageData *meta, Walk *wk, uint64 *ids_o
             ResolveVectors(ix, tids, n, dims, ids, vectors);
         else
             memcpy(ids, tids, sizeof(uint64) * n);
-        wk->t_vectors += MsSince(t0);
+        GpuivfAddSeconds(&wk->t_vectors, &t0);
         for (int64 j = 0; j < n; j++)
             ids_out[where[j]] = ids[j];
 
@@ -675,7 +664,7 @@ AddEntries(GpuIndex *ix, const GpuivfMetaPageData *meta, Walk *wk, uint64 *ids_o
                                                                        lists, codes, keep_ids,
                                                                        vectors),
                           "add entries to a GPU index");
-        wk->t_device += MsSince(t0);
+        GpuivfAddSeconds(&wk->t_device, &t0);
         CHECK_FOR_INTERRUPTS();
     }
     pfree(items);
@@ -783,12 +772,13 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
     uint64     *remove = NULL;
     int64       nremove = 0;
     bool        fresh;
-    instr_time  t_start;
-    double      t_walk;
+    instr_time  t0;
+    double      t_walk = 0.0;   /* seconds until the walk ended */
+    double      t_rest = 0.0;   /* and after it */
 
     /* the copy changes: no search in flight may still read it */
     GpuivfDrainSearches();
-    INSTR_TIME_SET_CURRENT(t_start);
+    INSTR_TIME_SET_CURRENT(t0);
 
     ReadMetaPage(ix, &meta1);
     if (!GpuivfMetaIsTrained(&meta1) || meta1.train_id != req->train_id ||
@@ -810,7 +800,7 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
     wk.code_size = meta1.code_size;
     new_pages = WalkLists(ix, &meta1, req->lsn_reliable && !fresh, &wk);
     ReadMetaPage(ix, &meta2);
-    t_walk = MsSince(t_start);
+    GpuivfAddSeconds(&t_walk, &t0);
 
     /* only inserts since the last walk: the generation moved by rows + pages */
     /* (a shard does not walk the other shards' lists, so it cannot count
@@ -862,10 +852,11 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
     ix->generation = meta1.generation;
     ix->end_generation = meta2.generation;
     ix->end_vectors = meta2.vectors;
+    GpuivfAddSeconds(&t_rest, &t0);
     elog(DEBUG1, "gpuivf GPU worker %s index %u: %lld entries of %d list pages in %.0f ms "
          "(walking the lists %.0f ms, reading vectors %.0f ms, to the engine %.0f ms)",
          fresh ? "loaded" : "caught up", ix->indexoid, (long long) wk.n, wk.npages,
-         MsSince(t_start), t_walk, wk.t_vectors, wk.t_device);
+         1000 * (t_walk + t_rest), 1000 * t_walk, 1000 * wk.t_vectors, 1000 * wk.t_device);
     pg_atomic_fetch_add_u64(fresh ? &GpuivfShmem->workers[GpuivfMyWorker].loads
                             : &GpuivfShmem->workers[GpuivfMyWorker].refreshes, 1);
     return true;

@@ -296,7 +296,7 @@ FinishStream(SearchStream *s)
 
     INSTR_TIME_SET_CURRENT(t0);
     st = GpuivfCuda.gpuivf_cuda_search_wait(s->res);
-    GpuivfTimesAdd(&GpuivfTimes.gpu_wait, &t0);
+    GpuivfAddSeconds(&GpuivfTimes.gpu_wait, &t0);
     INSTR_TIME_SET_CURRENT(ended);
     took = ended;
     INSTR_TIME_SUBTRACT(took, s->started);
@@ -347,7 +347,7 @@ FinishStream(SearchStream *s)
     MemoryContextReset(s->cxt);
     GpuivfTimes.requests += s->nreq;
     GpuivfTimes.batches++;
-    GpuivfTimesAdd(&GpuivfTimes.answer, &t0);
+    GpuivfAddSeconds(&GpuivfTimes.answer, &t0);
 }
 
 /* Answer the oldest search in flight: only when the GPU is done with it,
@@ -514,7 +514,7 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
         gpuivf_cuda_status st;
         int         npmax;
 
-        GpuivfTimesAdd(&GpuivfTimes.prepare, &t0);
+        GpuivfAddSeconds(&GpuivfTimes.prepare, &t0);
         s = FreeStream();       /* its time: gpu_wait and answer */
         INSTR_TIME_SET_CURRENT(t0);
         old = MemoryContextSwitchTo(s->cxt);
@@ -540,11 +540,11 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
         params.rerank_candidates = gq[0].candidates;
         params.query_k = s->qk;
         params.query_nprobe = qnp;
-        GpuivfTimesAdd(&GpuivfTimes.prepare, &t0);
+        GpuivfAddSeconds(&GpuivfTimes.prepare, &t0);
         INSTR_TIME_SET_CURRENT(s->started);
         st = GpuivfCuda.gpuivf_cuda_index_search_async(s->res, ref.gindex, queries, nq, &params,
                                                       s->dist, s->ids);
-        GpuivfTimesAdd(&GpuivfTimes.enqueue, &t0);
+        GpuivfAddSeconds(&GpuivfTimes.enqueue, &t0);
         if (st.code != GPUIVF_CUDA_OK)
         {
             MemoryContextReset(s->cxt);

@@ -241,3 +241,18 @@ GpuivfReservoirSlot(pg_prng_state *prng, int64 held, int64 cap, int64 seen)
     j = pg_prng_uint64_range(prng, 0, (uint64) seen);
     return j < (uint64) cap ? (int64) j : -1;
 }
+
+/* Seconds from *since to now added to *seconds; *since becomes now, so the
+ * next call times the next stretch (phase timings, the worker's breakdown). */
+void
+GpuivfAddSeconds(double *seconds, instr_time *since)
+{
+    instr_time  now;
+    instr_time  d;
+
+    INSTR_TIME_SET_CURRENT(now);
+    d = now;
+    INSTR_TIME_SUBTRACT(d, *since);
+    *seconds += INSTR_TIME_GET_DOUBLE(d);
+    *since = now;
+}

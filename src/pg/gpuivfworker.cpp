@@ -568,20 +568,6 @@ static instr_time t_report;     /* the last report */
 
 #define GPUIVF_TIMES_REPORT_S   2.0
 
-/* Seconds from *t0 to now added to *acc; *t0 becomes now (gpuivfworker.h). */
-void
-GpuivfTimesAdd(double *acc, instr_time *t0)
-{
-    instr_time  now;
-    instr_time  d;
-
-    INSTR_TIME_SET_CURRENT(now);
-    d = now;
-    INSTR_TIME_SUBTRACT(d, *t0);
-    *acc += INSTR_TIME_GET_DOUBLE(d);
-    *t0 = now;
-}
-
 /* The DEBUG1 breakdown, about every GPUIVF_TIMES_REPORT_S while busy. */
 static void
 ReportTimes(int worker, instr_time *last)
@@ -700,7 +686,7 @@ GpuivfWorkerMain(Datum main_arg)
             if (!GpuivfFinishSearches(false))
             {
                 pg_spin_delay();
-                GpuivfTimesAdd(&GpuivfTimes.poll, &t_loop);
+                GpuivfAddSeconds(&GpuivfTimes.poll, &t_loop);
             }
             if (GpuivfCudaBroken)
             {
@@ -718,13 +704,13 @@ GpuivfWorkerMain(Datum main_arg)
             (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10000L,
                              PG_WAIT_EXTENSION);
             ResetLatch(MyLatch);
-            GpuivfTimesAdd(&GpuivfTimes.idle, &t_loop);
+            GpuivfAddSeconds(&GpuivfTimes.idle, &t_loop);
             CHECK_FOR_INTERRUPTS();
             ReloadConfigIfPending(w);
             continue;
         }
         pg_atomic_write_u32(&w->idle, 0);
-        GpuivfTimesAdd(&GpuivfTimes.take, &t_loop);
+        GpuivfAddSeconds(&GpuivfTimes.take, &t_loop);
         if (gpuivf_batch_delay > 0 && n < GPUIVF_MAX_TAKE)
         {
             pg_usleep(gpuivf_batch_delay);

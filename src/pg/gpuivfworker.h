@@ -350,9 +350,7 @@ typedef struct GpuivfWorkerTimes
     int64       batches;
     int64       requests;
 } GpuivfWorkerTimes;
-extern GpuivfWorkerTimes GpuivfTimes;
-/* seconds from t0 to now, added to *acc; now becomes the new t0 */
-void        GpuivfTimesAdd(double *acc, instr_time *t0);
+extern GpuivfWorkerTimes GpuivfTimes;  /* added to by GpuivfAddSeconds */
 
 void        GpuivfServeBuild(int worker, int slotno);
 /* gpuivfworker.cpp: EXACT_KNN (ANALYZE ground truth) */
