@@ -28,7 +28,7 @@ use Time::HiRes qw(usleep);
 use Exporter 'import';
 our @EXPORT = qw(
   gpuivf_node tool_path generate_data convert_data load_vectors ground_truth
-  read_fvecs read_ivecs vec_literal knn_ids recall_at index_info index_lists
+  read_fvecs read_ivecs vec_literal knn_ids recall_at index_info index_lists list_sizes
   exact_settings assert_index_scan shared_data_dir start_pgbench finish_pgbench
   metric_operator metric_opclass count_via_index poll_until fake_gpu_engine fake_gpu_node worker_stat
   grouped_items_sql
@@ -310,6 +310,15 @@ sub index_lists
 	my ($node, $index, $db) = @_;
 	return $node->safe_psql($db // 'postgres',
 		"SELECT (gpuivf_index_info('$index')->>'lists')::int");
+}
+
+# The sizes of lists 0 .. $lists - 1 of an index, as "n0,n1,...": two builds
+# of the same data compare equal when they filled their lists alike.
+sub list_sizes
+{
+	my ($node, $index, $lists) = @_;
+	my $info = index_info($node, $index);
+	return join ',', map { $info->{"list_size_$_"} // 'none' } 0 .. $lists - 1;
 }
 
 # Asserts that a query is answered by an index scan on $index.

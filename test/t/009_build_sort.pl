@@ -32,8 +32,7 @@ sub build_and_answer
 		  . sprintf($ddl, $name));
 	is($ret, 0, "CREATE INDEX with maintenance_work_mem = $mem");
 	my ($how) = $err =~ /entries sorted (in memory|by a tuplesort)/;
-	my $info = index_info($node, $name);
-	my $sizes = join ',', map { $info->{"list_size_$_"} // 'none' } 0 .. 19;
+	my $sizes = list_sizes($node, $name, 20);
 	my @answers;
 	for my $q (@$queries)
 	{

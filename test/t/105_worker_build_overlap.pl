@@ -55,8 +55,7 @@ sub build
 		"$name: the worker loaded it while the build logged its pages");
 	like($err, qr/calibrated on \d+ queries/, "$name: calibrated by the build");
 	is(worker_stat($node, 'loads') - $loads0, 1, "$name: loaded once by the worker, during the build");
-	my $info = index_info($node, $name);
-	my $sizes = join ',', map { $info->{"list_size_$_"} // 'none' } 0 .. 7;
+	my $sizes = list_sizes($node, $name, 8);
 	my @answers = map {
 		$node->safe_psql('postgres',
 			"SET enable_seqscan = off; SET gpuivf.probes = 8; "
