@@ -24,13 +24,20 @@
     }                                                                                                    \
     void launch_ivfpq_scan_w##W(const IvfPqScanArgs &a, size_t smem_bytes, cudaStream_t stream) {       \
         constexpr int kT = ScanQueueLength<W>::value;                                                    \
-        auto kernel = a.scan8 ? ivfpq_scan8_kernel<W, kT, kScanThreads>                                  \
+        auto kernel = a.scan8 ? ivfpq_scan8_kernel<W, kT, kScanThreads, 1>                               \
                               : ivfpq_scan_kernel<W, kT, kScanThreads>;                                  \
+        int threads = kScanThreads;                                                                      \
+        dim3 grid(static_cast<unsigned>(a.splits), static_cast<unsigned>(a.nq));                         \
+        if (a.scan8_pairs) {                                                                             \
+            kernel = ivfpq_scan8_pairs_kernel<W, kScan8PairSlots>();                                     \
+            if (!kernel) throw Error(GPUIVF_CUDA_INTERNAL, "no paired scan for k-bucket %d", W);         \
+            threads = 2 * kScanThreads;                                                                  \
+            grid = dim3(1u, static_cast<unsigned>(ceil_div(int64_t(a.nq) * a.splits, 2)));               \
+        }                                                                                                \
         if (smem_bytes > 48 * 1024)                                                                      \
             GPUIVF_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,    \
                                                  static_cast<int>(smem_bytes)));                         \
-        const dim3 grid(static_cast<unsigned>(a.splits), static_cast<unsigned>(a.nq));                  \
-        kernel<<<grid, kScanThreads, smem_bytes, stream>>>(a);                                           \
+        kernel<<<grid, threads, smem_bytes, stream>>>(a);                                                \
         GPUIVF_CUDA_CHECK_LAUNCH();                                                                      \
     }                                                                                                    \
     }

@@ -61,7 +61,10 @@ void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, c
     const size_t probe_bytes_max = 12 * static_cast<size_t>(npmax + 1) + 16;
     /* 8-bit codes with query tables: the conflict-free scan (ivfpq_scan8.cuh)
      * when its larger table fits */
-    const size_t smem8 = ivfpq_scan8_smem_bytes(ix.m_pad, ix.d, npmax, ivfpq_scan_queue_bytes(w));
+    /* for any batch, one query too: the same sums whatever the batch */
+    const bool pairs = ivfpq_scan8_pairs(ix.m_pad, w);
+    const size_t smem8 = pairs ? ivfpq_scan8_pairs_smem_bytes(ix.d, npmax, w)
+                               : ivfpq_scan8_smem_bytes(ix.m_pad, ix.d, npmax, ivfpq_scan_queue_bytes(w));
     const bool scan8 = !per_list && ix.nbits == 8 && smem8 <= res.smem_optin;
     const size_t smem = scan8 ? smem8
                               : ivfpq_scan_queue_bytes(w) + probe_bytes_max +
@@ -149,6 +152,7 @@ void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, c
         a.metric = static_cast<int32_t>(ix.metric);
         a.per_list_lut = per_list ? 1 : 0;
         a.scan8 = scan8 ? 1 : 0;
+        a.scan8_pairs = scan8 && pairs ? 1 : 0;
         a.codebook_t = ix.codebook_t.data();
         a.out = scan_out.data();
         a.out_ld = kscan_max;

@@ -71,6 +71,7 @@ struct IvfPqScanArgs {
      * ivfpq_scan8.cuh, its table built from the codebook transposed to
      * [ksub][m][dsub] */
     int32_t scan8 = 0;
+    int32_t scan8_pairs = 0;        /* two queries a block (ivfpq_scan8_pairs) */
     const float *codebook_t = nullptr;
     Key *out = nullptr;             /* row (query * splits + split) */
     int64_t out_ld = 0;
@@ -99,6 +100,24 @@ inline size_t ivfpq_scan8_smem_bytes(int m_pad, int d, int probes, size_t queue_
     const size_t slabs = static_cast<size_t>((m_pad + 63) / 64);
     return slabs * kScan8SlabBytes + 4 * static_cast<size_t>((d + 3) & ~3) + queue_bytes +
            16 * static_cast<size_t>(probes + 1); /* Scan8Probe: 16 bytes */
+}
+/* Two halves a block of twice the threads, each with its own query,
+ * sharing one slab (tables of m <= 32 fill half of it), when the queues are
+ * small enough for the 64-register budget that this needs.
+ * GPUIVF_SCAN8_PAIRS=0 turns it off (A/B runs). */
+#ifndef GPUIVF_SCAN8_PAIRS
+#define GPUIVF_SCAN8_PAIRS 1
+#endif
+inline bool ivfpq_scan8_pairs(int m_pad, int w) {
+    return GPUIVF_SCAN8_PAIRS && m_pad <= 32 && w <= 64;
+}
+/* Thread-queue slots a lane in that kernel: it offers two keys a lane per
+ * tile, and with two slots it would merge at every survivor (NOTES.md, v8). */
+constexpr int kScan8PairSlots = 4;
+inline size_t ivfpq_scan8_pairs_smem_bytes(int d, int probes, int w) {
+    const size_t half_queues = sizeof(Key) * (kScanThreads / 32) * 2 * kScan8PairSlots * 32;
+    return kScan8SlabBytes + 2 * (4 * static_cast<size_t>((d + 3) & ~3) + half_queues +
+                                  16 * static_cast<size_t>(probes + 1) + sizeof(Key) * (kScanThreads / 32) * w);
 }
 
 /* Whether rows are many enough for one warp per row. */

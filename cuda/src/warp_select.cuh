@@ -278,19 +278,25 @@ struct WarpSelect {
     }
 };
 
+struct BlockBarrier {
+    __device__ __forceinline__ void operator()() const { __syncthreads(); }
+};
+
 /*
- * BlockSelect's last step: merge the sorted warp queues of the block's warps
- * into warp 0's registers, pairwise in a tree through shared memory
- * (smem: kWarps * W keys).  Every thread of the block must call.
+ * BlockSelect's last step: merge the sorted warp queues of kWarps warps
+ * into the first one's registers, pairwise in a tree through shared memory
+ * (smem: kWarps * W keys; warp: this warp's place among the kWarps; sync:
+ * a barrier of those warps, by default the whole block's).
  */
-template <int W, int T, int kWarps>
-__device__ __forceinline__ void block_merge_queues(WarpSelect<W, T> &ws, Key *smem) {
+template <int W, int T, int kWarps, class Barrier = BlockBarrier>
+__device__ __forceinline__ void block_merge_queues(WarpSelect<W, T> &ws, Key *smem,
+                                                   int warp = static_cast<int>(threadIdx.x >> 5),
+                                                   Barrier sync = Barrier()) {
     constexpr int kRows = W / 32;
-    const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) smem[warp * W + r * 32 + lane] = ws.queue[r];
-    __syncthreads();
+    sync();
 #pragma unroll
     for (int ls = 0; (1 << ls) < kWarps; ++ls) {
         const int s = 1 << ls;
@@ -302,7 +308,7 @@ __device__ __forceinline__ void block_merge_queues(WarpSelect<W, T> &ws, Key *sm
 #pragma unroll
             for (int r = 0; r < kRows; ++r) smem[warp * W + r * 32 + lane] = ws.queue[r];
         }
-        __syncthreads();
+        sync();
     }
 }
 

@@ -3,7 +3,8 @@
 // distances and the same ids), the decomposed tables (same neighbours up to
 // float rounding), exact re-rank, per-query k and nprobe, small batches
 // (probes split over blocks + the second selection pass), 4-bit codes,
-// the conflict-free 8-bit scan at several code widths, appending and
+// the conflict-free 8-bit scan at several code widths and with two queries
+// a block, appending and
 // removing, two searches in flight on two streams, recorded searches
 // (CUDA graphs) replayed, and siftsmall.
 #include "cuda_test_util.h"
@@ -182,6 +183,50 @@ TEST(IvfPq, ConflictFreeScanWidths) {
             // three queries: probes split over blocks, second selection pass
             const std::vector<float> q3(q.begin(), q.begin() + 3 * d);
             compare_search(cpu, g.ix, q3, {32, 20, 0, GPUIVF_CUDA_LUT_AUTO}, false);
+        }
+    }
+}
+
+// Tables of m <= 32 let the 8-bit scan put two queries in one block
+// (ivfpq_scan8_pairs), each half of the block on its own: a query searched
+// alone (the other half empty) and the same query inside batches of odd and
+// even sizes (the last block of an odd batch half empty) give the same ids
+// and distance bits.
+TEST(IvfPq, PairedScanMatchesSingleQueries) {
+    REQUIRE_GPU();
+    const int d = 64;
+    const std::vector<float> base = gt::clustered_vectors(7001, d, 40, 71);
+    const std::vector<float> q = gt::clustered_vectors(9, d, 40, 72);
+    for (Metric metric : {Metric::L2, Metric::InnerProduct}) {
+        for (int pq_m : {32, 16}) {
+            SCOPED_TRACE(::testing::Message() << "metric " << static_cast<int>(metric) << " pq_m " << pq_m);
+            gt::CpuIvfPq cpu;
+            cpu.train(metric, base, d, 29, pq_m, 8);
+            GpuIndex g;
+            load(cpu, false, &g);
+            for (int k : {10, 64}) {
+                gpuivf_cuda_search_params p{k, 11, 0, GPUIVF_CUDA_LUT_AUTO, nullptr, nullptr};
+                for (int64_t nq : {9, 8}) {
+                    std::vector<double> db(nq * k);
+                    std::vector<uint64_t> ib(nq * k);
+                    gt::poison_nan(db);
+                    gt::poison(ib);
+                    EXPECT_GPU_OK(gpuivf_cuda_index_search(gt::gpu(), g.ix, q.data(), nq, &p, db.data(), ib.data()));
+                    for (int64_t i = 0; i < nq; i++) {
+                        std::vector<double> d1(k);
+                        std::vector<uint64_t> i1(k);
+                        gt::poison_nan(d1);
+                        gt::poison(i1);
+                        EXPECT_GPU_OK(
+                            gpuivf_cuda_index_search(gt::gpu(), g.ix, &q[i * d], 1, &p, d1.data(), i1.data()));
+                        for (int j = 0; j < k; j++) {
+                            EXPECT_EQ(ib[i * k + j], i1[j]) << "nq " << nq << " k " << k << " query " << i << " rank " << j;
+                            EXPECT_TRUE(gt::same_bits(db[i * k + j], d1[j]))
+                                << "nq " << nq << " k " << k << " query " << i << " rank " << j;
+                        }
+                    }
+                }
+            }
         }
     }
 }
