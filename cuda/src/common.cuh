@@ -89,6 +89,10 @@ enum class Metric : int32_t { L2 = 1, InnerProduct = 2, Cosine = 3 };
  */
 using Key = unsigned long long;
 constexpr Key kSentinelKey = ~0ull;          /* "no candidate": after everything */
+/* Keys of shared memory one warp's WarpSelect (warp_select.cuh) with t
+ * slots a lane needs: its thread queues and its compaction buffer; host
+ * code sizes kernels' shared memory with it. */
+constexpr int warp_select_smem_keys(int t) { return 2 * t * 32; }
 constexpr uint32_t kNoIndex = 0xFFFFFFFFu;   /* never a real index */
 
 __host__ __device__ __forceinline__ uint32_t float_to_ordered(float f) {

@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(kThreads, kQ == 1 ? Scan8MinBlocks<W>::value :
 
     for (int i = qtid; i < a.d; i += kQueryThreads) qs[i] = a.queries[static_cast<int64_t>(q) * a.d + i];
     if (qtid == 0) block_threshold[half] = kSentinelKey;
-    /* The probed lists as one stream of 32-code tiles (probes[np] ends it). */
+    /* The probed lists as one stream of kTileCodes-code tiles (probes[np] ends it). */
     for (int i = qtid; i < np; i += kQueryThreads) {
         const int64_t slot = static_cast<int64_t>(q) * a.probe_ld + p0 + i;
         const int list = a.probe_lists[slot];
@@ -243,8 +243,9 @@ __global__ void __launch_bounds__(kThreads, kQ == 1 ? Scan8MinBlocks<W>::value :
      * h of a pair.  Consecutive threads write consecutive words (no
      * conflicts) and read consecutive codewords of the transposed
      * codebook; four entries per thread in flight.  Sub-quantizers past
-     * m score 0 (their code bytes are 0); columns past m_pad are never
-     * read and stay unwritten. */
+     * m score 0 (their code bytes are 0); columns past m_pad stay
+     * unwritten, as they are never read, except in the kQuad loop, which
+     * reads all 32 of its half (code words past m_pad read as 0). */
     const int total = kQ == 1 ? slabs * 16384 : 256 * 32;
 #pragma unroll 4
     for (int i = qtid; i < total; i += kQueryThreads) {
@@ -293,6 +294,10 @@ __global__ void __launch_bounds__(kThreads, kQ == 1 ? Scan8MinBlocks<W>::value :
             ns.probe = cs.probe;
             locate(next, ns);
         }
+    };
+    /* a code's score: coarse term, per-entry term (L2, cosine), ADC sum */
+    auto code_score = [&](float bias, float term, float sum) {
+        return term2 ? (bias + term) + sum : bias + sum;
     };
     auto load_term = [&](Scan8Tile &st) {
         if (GPUIVF_SCAN8_TERM_AHEAD && term2)
@@ -359,7 +364,7 @@ __global__ void __launch_bounds__(kThreads, kQ == 1 ? Scan8MinBlocks<W>::value :
         float score = 0.0f;
         if (valid) {
             const float term = GPUIVF_SCAN8_TERM_AHEAD ? cs.term : (term2 ? __ldg(term2 + pos) : 0.0f);
-            score = term2 ? (cs.bias + term) + sum : cs.bias + sum;
+            score = code_score(cs.bias, term, sum);
         }
         const bool pass = valid && ws.may_pass(score);
         if (__any_sync(kFullMask, pass)) {
@@ -437,8 +442,8 @@ __global__ void __launch_bounds__(kThreads, kQ == 1 ? Scan8MinBlocks<W>::value :
             butterfly_stage<4>(acc, r4, (tq & 2) != 0, 2);
             butterfly_stage<2>(r4, r2, (tq & 1) != 0, 1);
             /* r2[0]: round 2t (code 16t + g), r2[1]: round 2t + 1 */
-            const float score0 = term2 ? (bias + term0) + r2[0] : bias + r2[0];
-            const float score1 = term2 ? (bias + term1) + r2[1] : bias + r2[1];
+            const float score0 = code_score(bias, term0, r2[0]);
+            const float score1 = code_score(bias, term1, r2[1]);
             const bool pass0 = valid0 && ws.may_pass(score0);
             const bool pass1 = valid1 && ws.may_pass(score1);
             if (__any_sync(kFullMask, pass0 || pass1)) {

@@ -60,9 +60,11 @@ void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, c
     /* The per-probe arrays are sized for one block's share of the probes. */
     const size_t probe_bytes_max = 12 * static_cast<size_t>(npmax + 1) + 16;
     /* 8-bit codes with query tables: the conflict-free scan (ivfpq_scan8.cuh)
-     * when its larger table fits */
-    /* for any batch, one query too: the same sums whatever the batch */
-    const bool pairs = ivfpq_scan8_pairs(ix.m_pad, w);
+     * when its larger table fits, two queries a block when that fits too.
+     * The choice does not depend on the batch (one query too): a query's
+     * sums are the same whatever batch it comes in. */
+    const bool pairs = ivfpq_scan8_pairs(ix.m_pad, w) &&
+                       ivfpq_scan8_pairs_smem_bytes(ix.d, npmax, w) <= res.smem_optin;
     const size_t smem8 = pairs ? ivfpq_scan8_pairs_smem_bytes(ix.d, npmax, w)
                                : ivfpq_scan8_smem_bytes(ix.m_pad, ix.d, npmax, ivfpq_scan_queue_bytes(w));
     const bool scan8 = !per_list && ix.nbits == 8 && smem8 <= res.smem_optin;

@@ -115,7 +115,7 @@ inline bool ivfpq_scan8_pairs(int m_pad, int w) {
  * tile, and with two slots it would merge at every survivor (NOTES.md, v8). */
 constexpr int kScan8PairSlots = 4;
 inline size_t ivfpq_scan8_pairs_smem_bytes(int d, int probes, int w) {
-    const size_t half_queues = sizeof(Key) * (kScanThreads / 32) * 2 * kScan8PairSlots * 32;
+    const size_t half_queues = sizeof(Key) * (kScanThreads / 32) * warp_select_smem_keys(kScan8PairSlots);
     return kScan8SlabBytes + 2 * (4 * static_cast<size_t>((d + 3) & ~3) + half_queues +
                                   16 * static_cast<size_t>(probes + 1) + sizeof(Key) * (kScanThreads / 32) * w);
 }

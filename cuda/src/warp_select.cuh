@@ -155,7 +155,7 @@ struct WarpSelect {
     static constexpr int kB = MergeRows<W>::value;
     static_assert(kB <= kRows && kB <= T, "merge runs must fit the queue and the thread queues");
     /* Shared memory per warp: thread queues + the compaction buffer. */
-    static constexpr int kSmemKeys = 2 * T * 32;
+    static constexpr int kSmemKeys = warp_select_smem_keys(T);
 
     Key queue[kRows];  /* the warp queue, sorted ascending across the warp */
     Key *tq;           /* this warp's thread queues */
