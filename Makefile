@@ -70,7 +70,7 @@ $(OBJS): | engine
 $(OBJS): $(srcdir)/src/pg/gpuivf.h $(srcdir)/src/core/gpuivf_core.h
 # (worker helper) the GPU worker files share a private header and the
 # engine's plain C header (types only: gpuivf.so does not link the engine)
-$(filter src/pg/gpuivfworker.o src/pg/gpuivfshmem.o src/pg/gpuivfclient.o src/pg/gpuivfgpuindex.o src/pg/gpuivfgpusearch.o,$(OBJS)): \
+$(filter src/pg/gpuivfworker.o src/pg/gpuivfshmem.o src/pg/gpuivfclient.o src/pg/gpuivfgpuindex.o src/pg/gpuivfgpusearch.o src/pg/gpuivfwaker.o,$(OBJS)): \
 	$(srcdir)/src/pg/gpuivfworker.h $(srcdir)/cuda/include/gpuivf_cuda.h
 
 # PostgreSQL's headers have no extern "C" guards; src/pg/gpuivf.h includes

@@ -2,8 +2,9 @@
 # A/B of build knobs (cuda/NOTES.md): builds each variant's gpuivf_bench in
 # its own directory (in parallel), then times one part of the benchmark for
 # each, one after the other on the same GPU.
-#   cuda/bench/ab.sh select|ivfpq "FLAGS" ...
-# select: select_k only (k = 10, 100); ivfpq: the 1M IVF-PQ searches, the
+#   cuda/bench/ab.sh select|knn|ivfpq "FLAGS" ...
+# select: select_k only (k = 10, 100); knn: the exact kNN (GEMM alone, GEMM +
+# selection); ivfpq: the 1M IVF-PQ searches, the
 # coarse quantizer and the worker-shaped calls.
 set -u
 what=$1; shift
@@ -12,8 +13,9 @@ mkdir -p /tmp/gpuivf-blas && tar xJf $D/blas.tar.xz -C /tmp/gpuivf-blas
 export LD_LIBRARY_PATH=/tmp/gpuivf-blas/lib:${LD_LIBRARY_PATH:-}
 case $what in
   select) arg=--select-only; keys='select_k(100|10)_(ms|pct)' ;;
+  knn) arg=--knn-only; keys='knn_' ;;
   ivfpq) arg=--ivfpq-only; keys='^ *(ivfpq[a-z0-9_]*_(ms|QPS|recall10)|ivf_coarse_only_ms|worker_(auto|perlist)_b(1|16|64|256)_us)' ;;
-  *) echo "usage: ab.sh select|ivfpq FLAGS ..."; exit 2 ;;
+  *) echo "usage: ab.sh select|knn|ivfpq FLAGS ..."; exit 2 ;;
 esac
 jobs=$(( 16 / $# )); [ $jobs -lt 2 ] && jobs=2
 i=0

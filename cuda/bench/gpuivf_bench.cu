@@ -13,7 +13,7 @@
  * Writes results.json and the IVF-PQ model/codes/queries/ground truth (for the
  * PyTorch baseline, torch_baseline.py) into the output directory.
  *
- * usage: gpuivf_bench [--out DIR] [--quick] [--select-only | --ivfpq-only | --worker-only]
+ * usage: gpuivf_bench [--out DIR] [--quick] [--select-only | --knn-only | --ivfpq-only | --worker-only]
  */
 #include <cublas_v2.h>
 #include <cuda_profiler_api.h>
@@ -225,11 +225,12 @@ void dump(const std::string &path, const T *dev_or_host, size_t count, bool devi
 
 int main(int argc, char **argv) {
     std::string out = ".";
-    bool quick = false, select_only = false, ivfpq_only = false, worker_only = false;
+    bool quick = false, select_only = false, knn_only = false, ivfpq_only = false, worker_only = false;
     for (int i = 1; i < argc; i++) {
         if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         if (!std::strcmp(argv[i], "--quick")) quick = true;
         if (!std::strcmp(argv[i], "--select-only")) select_only = true;
+        if (!std::strcmp(argv[i], "--knn-only")) knn_only = true;
         if (!std::strcmp(argv[i], "--ivfpq-only")) ivfpq_only = true; /* for profilers */
         if (!std::strcmp(argv[i], "--worker-only")) ivfpq_only = worker_only = true;
     }
@@ -264,7 +265,7 @@ int main(int argc, char **argv) {
     const double copy_gbps = R.v.back().second;
 
     /* -------------------------------------------------------- select */
-    if (!ivfpq_only) {
+    if (!ivfpq_only && !knn_only) {
         const int64_t rows = 10000, cols = 128000;
         float *x;
         float *vals;
@@ -332,7 +333,7 @@ int main(int argc, char **argv) {
     }
 
     /* --------------------------------------------- IVF-PQ + training */
-    {
+    if (!knn_only) {
         const int64_t n = quick ? 200000 : 1000000, nq = 10000;
         const int d = 128, nlist = 1024, m = 32, k = 10, nprobe = 32;
         const Mixture mx = make_mixture(n, d, 7);

@@ -24,6 +24,15 @@
 #include "select.h"
 #include "vectors.h"
 
+/* A/B knobs (NOTES.md): the distance tile's rows and columns; 0 sizes the
+ * tile from the arena. */
+#ifndef GPUIVF_KNN_TILE_ROWS
+#define GPUIVF_KNN_TILE_ROWS 0
+#endif
+#ifndef GPUIVF_KNN_TILE_COLS
+#define GPUIVF_KNN_TILE_COLS 0
+#endif
+
 namespace gpuivf_cuda {
 
 namespace {
@@ -137,15 +146,6 @@ __global__ void __launch_bounds__(kSmallThreads) knn_small_score_kernel(const fl
 
 constexpr int kSortThreads = 1024;
 
-/* Compare-exchange of the bitonic sort for element i (held by this lane)
- * and its partner i ^ stride (held by lane ^ stride): keep the smaller key
- * where the run ascends and i is the lower index, the larger otherwise. */
-__device__ __forceinline__ Key bitonic_exchange_lanes(Key v, int i, int size, int stride) {
-    const Key other = __shfl_xor_sync(0xffffffffu, v, stride);
-    const bool keep_min = ((i & size) == 0) == ((i & stride) == 0);
-    return keep_min ? (other < v ? other : v) : (other < v ? v : other);
-}
-
 /* One block per query: sort the row's keys (a bitonic sort whose strides
  * under 32 are register shuffles inside a warp, so only the wider strides
  * cost a shared-memory pass and a barrier), then write the first k. */
@@ -156,31 +156,57 @@ __global__ void __launch_bounds__(kSortThreads) knn_small_sort_kernel(const Key 
     const int64_t row = blockIdx.x;
     const int threads = blockDim.x; /* min(sort_size, kSortThreads) */
     const int per = sort_size / threads;
-    for (int e = threadIdx.x; e < sort_size; e += threads) keys[e] = e < n ? scored[row * n + e] : kSentinelKey;
-    __syncthreads();
-    for (int size = 2; size <= sort_size; size <<= 1) {
-        int stride = size >> 1;
-        for (; stride >= 32; stride >>= 1) {
-            for (int i = threadIdx.x; i < sort_size; i += threads) {
-                const int j = i ^ stride;
-                if (j > i) {
-                    const Key a = keys[i], b = keys[j];
-                    if (((i & size) == 0) == (b < a)) {
-                        keys[i] = b;
-                        keys[j] = a;
+    if (k <= 32 && per == 1) {
+        /* Only the best 32 (a worker's nprobe): each warp sorts its 32 keys
+         * in registers, then a tree of merges keeps the best 32 of two runs
+         * per step (one run ascending against the other descending: their
+         * element-wise minimum holds the 32 smallest as a bitonic sequence,
+         * sorted by five shuffle steps).  Five barriers for 1,024 keys
+         * instead of the full sort's 55 passes; the same first k (the keys
+         * are distinct). */
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        Key v = threadIdx.x < n ? scored[row * n + threadIdx.x] : kSentinelKey;
+        for (int size = 2; size <= 32; size <<= 1)
+            for (int st = size >> 1; st > 0; st >>= 1) v = bitonic_exchange_lanes(v, lane, size, st);
+        keys[threadIdx.x] = v;
+        __syncthreads();
+        for (int runs = threads / 32; runs > 1; runs >>= 1) {
+            if (warp < runs / 2) {
+                const Key a = keys[(2 * warp) * 32 + lane], b = keys[(2 * warp + 1) * 32 + (31 - lane)];
+                v = a < b ? a : b;
+                for (int st = 16; st > 0; st >>= 1) v = bitonic_exchange_lanes(v, lane, 32, st);
+            }
+            __syncthreads();
+            if (warp < runs / 2) keys[warp * 32 + lane] = v;
+            __syncthreads();
+        }
+    } else {
+        for (int e = threadIdx.x; e < sort_size; e += threads) keys[e] = e < n ? scored[row * n + e] : kSentinelKey;
+        __syncthreads();
+        for (int size = 2; size <= sort_size; size <<= 1) {
+            int stride = size >> 1;
+            for (; stride >= 32; stride >>= 1) {
+                for (int i = threadIdx.x; i < sort_size; i += threads) {
+                    const int j = i ^ stride;
+                    if (j > i) {
+                        const Key a = keys[i], b = keys[j];
+                        if (((i & size) == 0) == (b < a)) {
+                            keys[i] = b;
+                            keys[j] = a;
+                        }
                     }
                 }
+                __syncthreads();
+            }
+            /* the strides under 32 of this size: in registers */
+            for (int r = 0; r < per; ++r) {
+                const int i = r * threads + threadIdx.x;
+                Key v = keys[i];
+                for (int st = stride; st > 0; st >>= 1) v = bitonic_exchange_lanes(v, i, size, st);
+                keys[i] = v;
             }
             __syncthreads();
         }
-        /* the strides under 32 of this size: in registers */
-        for (int r = 0; r < per; ++r) {
-            const int i = r * threads + threadIdx.x;
-            Key v = keys[i];
-            for (int st = stride; st > 0; st >>= 1) v = bitonic_exchange_lanes(v, i, size, st);
-            keys[i] = v;
-        }
-        __syncthreads();
     }
     for (int e = threadIdx.x; e < k; e += threads) {
         const Key key = e < n ? keys[e] : kSentinelKey;
@@ -275,8 +301,10 @@ void exact_knn(Resources &res, Metric metric, const float *base, int64_t n, cons
     const int64_t avail = static_cast<int64_t>(arena_available(res));
     const int64_t tile_floats = std::min<int64_t>(std::max<int64_t>(avail / 12, int64_t(1) << 20), int64_t(1) << 28);
     const int64_t qt0 = std::min<int64_t>(nq, 16384);
-    const int64_t nt = std::min(round_up(n, 128), std::max<int64_t>(128, (tile_floats / qt0) / 128 * 128));
-    const int64_t qt = std::min<int64_t>(std::min<int64_t>(nq, std::max<int64_t>(1, tile_floats / nt)), 1 << 20);
+    int64_t nt = std::min(round_up(n, 128), std::max<int64_t>(128, (tile_floats / qt0) / 128 * 128));
+    if (GPUIVF_KNN_TILE_COLS > 0) nt = std::min<int64_t>(round_up(n, 128), GPUIVF_KNN_TILE_COLS);
+    int64_t qt = std::min<int64_t>(std::min<int64_t>(nq, std::max<int64_t>(1, tile_floats / nt)), 1 << 20);
+    if (GPUIVF_KNN_TILE_ROWS > 0) qt = std::min<int64_t>(nq, GPUIVF_KNN_TILE_ROWS);
     const int64_t ldc = nt; /* a multiple of 4: rows stay 16-byte aligned */
 
     TempBuffer<float> tiles[2];

@@ -55,6 +55,54 @@ bool use_warp_rows(const Resources &res, int64_t rows) { return rows >= 16 * sta
 
 namespace {
 
+/* Sorted runs a tree of warp merges takes (more, or longer, go to the
+ * select kernel). */
+constexpr int kMergeRunsMax = 64;
+constexpr int kMergeRunLen = 64;
+
+/*
+ * The best keys of each row's sorted runs (the splits of a scan, at most 64
+ * runs of at most 64 keys, ascending): one block per row, a warp per pair
+ * of runs, then a tree of pair merges through shared memory (merge_runs64),
+ * log2(runs) barriers.  The GPU worker's calls end in this step (32 probes'
+ * runs of 40): the select kernel took ~9 µs of serial merging for it.  The
+ * output is the select kernel's: the row's k best ascending, then
+ * sentinels, out_count keys.
+ */
+__global__ void __launch_bounds__(kMergeRunsMax / 2 * 32) merge_sorted_runs_kernel(const Key *keys, int64_t ld, int runs,
+                                                                                  int run_len, const int32_t *row_k,
+                                                                                  int k, Key *out, int64_t out_ld,
+                                                                                  int out_count) {
+    __shared__ Key merged[kMergeRunsMax / 2][kMergeRunLen];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const int64_t row = blockIdx.x;
+    const Key *rp = keys + row * ld;
+    auto at = [&](int r, int e) { return r < runs && e < run_len ? rp[static_cast<int64_t>(r) * run_len + e] : kSentinelKey; };
+    Key v0, v1;
+    merge_runs64(at(2 * warp, lane), at(2 * warp, 32 + lane), at(2 * warp + 1, 63 - lane), at(2 * warp + 1, 31 - lane),
+                 v0, v1);
+    merged[warp][lane] = v0;
+    merged[warp][32 + lane] = v1;
+    __syncthreads();
+    for (int n = warps; n > 1; n >>= 1) {
+        if (warp < n / 2) {
+            const Key *a = merged[2 * warp], *b = merged[2 * warp + 1];
+            merge_runs64(a[lane], a[32 + lane], b[63 - lane], b[31 - lane], v0, v1);
+        }
+        __syncthreads();
+        if (warp < n / 2) {
+            merged[warp][lane] = v0;
+            merged[warp][32 + lane] = v1;
+        }
+        __syncthreads();
+    }
+    if (warp == 0) {
+        int kr = row_k ? row_k[row] : k;
+        kr = kr < 1 ? 1 : (kr > kMergeRunLen ? kMergeRunLen : kr);
+        for (int e = lane; e < out_count; e += 32) out[row * out_ld + e] = e < kr ? merged[0][e] : kSentinelKey;
+    }
+}
+
 __global__ void keys_to_results_kernel(const Key *keys, int64_t key_ld, int64_t rows, int k, int negate,
                                        const uint64_t *ids, int64_t ids_ld, float pad_value, float *out_values,
                                        uint64_t *out_ids) {
@@ -98,6 +146,17 @@ void keys_to_results(Resources &res, const Key *keys, int64_t key_ld, int64_t ro
 
 void select_keys(Resources &res, const Key *keys, int64_t rows, int64_t cols, int64_t ld, const int32_t *row_k,
                  int k, Key *out, int64_t out_ld, int out_count, int run_len) {
+    if (rows <= 0) return;
+    if (run_len > 0 && run_len <= kMergeRunLen && cols % run_len == 0 && cols / run_len <= kMergeRunsMax &&
+        k <= kMergeRunLen && out_count <= kMergeRunLen && ld >= cols) {
+        const int runs = static_cast<int>(cols / run_len);
+        int warps = 1;
+        while (2 * warps < runs) warps *= 2;
+        merge_sorted_runs_kernel<<<static_cast<unsigned>(rows), 32 * warps, 0, res.stream>>>(
+            keys, ld, runs, run_len, row_k, k, out, out_ld, out_count);
+        GPUIVF_CUDA_CHECK_LAUNCH();
+        return;
+    }
     SelectRowsArgs a;
     a.run_len = run_len;
     a.keys = keys;

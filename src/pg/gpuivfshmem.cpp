@@ -543,7 +543,9 @@ GpuivfFinishRequest(int worker, int slotno)
             slot->state = GPUIVF_REQ_DONE;
     }
     SpinLockRelease(&slot->mutex);
-    SetLatch(&GetPGProcByNumber(slotno)->procLatch);
+    /* the system call of the wake-up is made by the worker's wake-up thread
+     * when it runs (gpuivfwaker.cpp) */
+    GpuivfWakeBackend(&GetPGProcByNumber(slotno)->procLatch);
 }
 
 /* A worker on its way out answers everything it holds with "gone". */

@@ -40,7 +40,7 @@ int         gpuivf_gpu_memory_limit = 0;
 int         gpuivf_worker_timeout = 60000;
 int         gpuivf_request_buffer = 128;
 int         gpuivf_shards = 0;
-int         gpuivf_search_streams = 2;
+int         gpuivf_search_streams = 4;
 char       *gpuivf_engine_library = NULL;
 
 int         GpuivfRegisteredWorkers = 0;
@@ -209,8 +209,12 @@ GpuivfWorkerInit(void)
     DefineCustomIntVariable("gpuivf.search_streams",
                             "Searches each GPU worker keeps running on the GPU at once.",
                             "With more than one, the worker prepares and starts the next batch while the GPU still searches the previous ones.",
-                            &gpuivf_search_streams, 2, 1, 4, PGC_POSTMASTER, 0,
+                            &gpuivf_search_streams, 4, 1, 4, PGC_POSTMASTER, 0,
                             NULL, NULL, NULL);
+    DefineCustomBoolVariable("gpuivf.wake_thread",
+                             "Whether a second thread of each GPU worker wakes the backends it answered.",
+                             "Off: the worker's main thread makes the wake-up system calls itself, between searches.",
+                             &gpuivf_wake_thread, true, PGC_POSTMASTER, 0, NULL, NULL, NULL);
     DefineCustomStringVariable("gpuivf.engine_library",
                                "GPU engine module the GPU workers load (empty = $libdir/gpuivf_gpu).",
                                "Tests point it at a CPU stand-in (test/gpu/fake_engine.cpp).",
@@ -390,6 +394,8 @@ WorkerExit(int code, Datum arg)
     w->bytes_cached = 0;
     SpinLockRelease(&w->mutex);
     GpuivfFailTakenRequests(worker, incarnation, "the gpuivf GPU worker exited");
+    /* after the last answers: the thread sets their latches, then ends */
+    GpuivfWakerStop();
     /* the process and its CUDA context go away with it */
 }
 
@@ -640,6 +646,7 @@ GpuivfWorkerMain(Datum main_arg)
             (errmsg("gpuivf GPU worker %d serves CUDA device %d (%s), index cache limit %lld MB",
                     worker, device, w->device_name, (long long) (w->memory_limit >> 20))));
     GpuivfGpuCacheInit();
+    (void) GpuivfWakerStart();
     slotnos = (int *) MemoryContextAlloc(TopMemoryContext, sizeof(int) * GPUIVF_MAX_TAKE);
     batchcxt = AllocSetContextCreate(TopMemoryContext, "gpuivf worker batch",
                                      ALLOCSET_DEFAULT_SIZES);

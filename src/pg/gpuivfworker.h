@@ -323,6 +323,13 @@ GpuivfCopyRef GpuivfGetCopyFor(const GpuivfRequestSlot *req, uint64 generation);
 void        GpuivfServeLoad(int worker, int slotno);
 void        GpuivfPublishCache(void);
 
+/* gpuivfwaker.cpp: backends woken by a thread of the worker, not its main
+ * thread (SetLatch is the one PostgreSQL call that thread makes) */
+extern bool gpuivf_wake_thread;        /* gpuivf.wake_thread */
+bool        GpuivfWakerStart(void);
+void        GpuivfWakerStop(void);
+void        GpuivfWakeBackend(Latch *latch);
+
 /* gpuivfgpusearch.cpp: searches, on search streams when they can */
 extern int  gpuivf_search_streams;      /* gpuivf.search_streams */
 void        GpuivfSearchStreamsStart(int device, int nstreams);

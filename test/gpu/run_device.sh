@@ -27,6 +27,9 @@
 # BUILD_ONLY=1 stops after the two CREATE INDEX (their phase timings, from the
 # build's DEBUG1 line, are printed either way); SKIP_CPU_BUILD=1 (with
 # BUILD_ONLY) leaves out the CPU one.
+# QPS_ONLY=1 builds only the GPU index and runs only the pgbench rows (DEVS,
+# default "gpu cpu"; CLIENTS, default "1 16 64"; SWEEP), for A/B runs
+# of the worker's throughput.
 # It prints a summary table last and leaves logs in $OUT.
 #
 # On the device (from the repo root):  bash test/gpu/run_device.sh .device-worker
@@ -123,7 +126,7 @@ sql "CREATE TABLE items (id bigint, v real[]);
 # ------------------------------------------------------------ 1. builds
 wstat() { sql "SELECT queries || ' ' || batches || ' ' || gpu_time_ms || ' ' || builds || ' ' || cpu_fallbacks || ' ' || errors || ' ' || exact_knn FROM gpuivf_stat WHERE worker = 0"; }
 t0=$(date +%s.%N)
-if [ -z "${SKIP_CPU_BUILD:-}" ]; then
+if [ -z "${SKIP_CPU_BUILD:-}${QPS_ONLY:-}" ]; then
 	sql "SET gpuivf.device = cpu; SET client_min_messages = debug1; CREATE INDEX items_cpu ON items USING gpuivf (v) WITH (lists = $LISTS);" 2> "$W/build_cpu.log" || { cat "$W/build_cpu.log"; exit 1; }
 fi
 t1=$(date +%s.%N)
@@ -145,6 +148,9 @@ if [ -n "${BUILD_ONLY:-}" ]; then
 	as_pg "pg_ctl -D $W/data -m fast stop >/dev/null"
 	exit 0
 fi
+VERIFY="not run" BUILD_AGREE="not run" GPU_CPU="not run" CAL_GPU="-" CAL_CPU="-" CAL_SAME="-" x0=0 x1=0
+CAL_GPU_LOG="" CAL_CPU_LOG="" RECALL="-" RECALL32="-" FRESH="-" r0="-" r1="-" KILL_ERR="" newstate="" AFTER="not run"
+if [ -z "${QPS_ONLY:-}" ]; then
 VERIFY=$(sql "SELECT gpuivf_verify('items_cpu', true); SELECT gpuivf_verify('items_gpu', true); SELECT 'ok'" 2>&1 | tail -1)
 say "gpuivf_verify(heapallindexed) of both: $VERIFY"
 
@@ -245,6 +251,7 @@ sql "INSERT INTO items SELECT -1, v FROM queries WHERE qid = 7;"
 FRESH=$(sql "SET gpuivf.device = gpu; SET gpuivf.probes = $PROBES; SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE qid = 7) LIMIT 1;")
 r1=$(sql "SELECT refreshes FROM gpuivf_stat WHERE worker = 0")
 say "committed insert found by the next GPU query: id $FRESH (expected -1), refreshes $r0 -> $r1"
+fi # QPS_ONLY
 
 # --------------------------------------------------------------- 5. QPS
 cat > "$W/knn.sql" <<EOF
@@ -266,16 +273,34 @@ pgbench_run() {
 	rm -f "$W"/pgb_*
 	as_pg "PGOPTIONS='$opts' pgbench -n -M prepared -c $c -j $j -T $BENCH_S -l --log-prefix=$W/pgb_${label}_$c -f $script postgres" > "$W/pgbench_${label}_$c.log" 2>&1
 	TPS=$(grep -E '^tps' "$W/pgbench_${label}_$c.log" | head -1 | awk '{print $3}')
+	NTX=$(grep -E '^number of transactions actually processed' "$W/pgbench_${label}_$c.log" | awk '{print $NF}')
 	FAIL=$(grep -E 'number of failed|aborted' "$W/pgbench_${label}_$c.log" | head -1)
 	LAT=$($PY "$W/gpuivf_device.py" latency "$W/pgb_${label}_$c")
 }
+# Busy and total clock ticks of all CPUs so far (/proc/stat): whether the
+# machine's cores were saturated over a run.
+mcpu() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat; }
+# CPU clock ticks of the postmaster's exited children (cutime + cstime): the
+# backends of a pgbench run, once it has ended and they are reaped.
+bcpu() { awk '{ print $16 + $17 }' "/proc/$(head -1 "$W/data/postmaster.pid")/stat"; }
+# CPU microseconds per statement of those backends: bcpu_per ticks0 ticks1 n
+bcpu_per() { echo "$1 $2 $3 $(getconf CLK_TCK)" | awk '{ if ($3 > 0) printf "%.1f", 1e6 * ($2 - $1) / $4 / $3; else print "-" }'; }
+cpu_busy() {         # "busy0 total0" "busy1 total1"
+	echo "$1 $2" | awk '{ if ($4 > $2) printf "%.0f%%", 100 * ($3 - $1) / ($4 - $2); else print "-" }'
+}
 # One row of bench.txt: knn_row LABEL CLIENTS PGOPTIONS — the pgbench run
-# with the worker's mean batch, GPU busy fraction and CPU share over it.
+# with the worker's mean batch, GPU busy fraction and CPU share over it, and
+# how busy the machine's cores were.
 knn_row() {
 	local label=$1 c=$2 opts=$3 s0 s1 c0 c1 q0 q1 bt0 bt1 g0 g1 mb busy wc
 	s0=$(wstat)
 	c0=$(wcpu)
+	m0=$(mcpu)
+	b0=$(bcpu)
 	pgbench_run "$label" "$c" "$W/knn.sql" "$opts -c gpuivf.probes=$PROBES"
+	m1=$(mcpu)
+	sleep 0.5
+	b1=$(bcpu)
 	c1=$(wcpu)
 	s1=$(wstat)
 	read -r q0 bt0 g0 _ <<< "$s0"
@@ -283,10 +308,10 @@ knn_row() {
 	mb=$(echo "$q1 $q0 $bt1 $bt0" | awk '{ if ($3 > $4) printf "%.2f", ($1 - $2) / ($3 - $4); else print "-" }')
 	busy=$(echo "$g1 $g0 $BENCH_S" | awk '{ printf "%.1f%%", 100 * ($1 - $2) / ($3 * 1000) }')
 	wc=$(echo "$c1 $c0 $BENCH_S $(getconf CLK_TCK)" | awk '{ printf "%.0f%%", 100 * ($1 - $2) / ($4 * $3) }')
-	echo "$label $c $TPS $LAT batch=$mb gpu_busy=$busy worker_cpu=$wc $FAIL" | tee -a "$W/bench.txt"
+	echo "$label $c $TPS $LAT batch=$mb gpu_busy=$busy worker_cpu=$wc machine_cpu=$(cpu_busy "$m0" "$m1") backend_us=$(bcpu_per "$b0" "$b1" "$NTX") $FAIL" | tee -a "$W/bench.txt"
 }
-for dev in gpu cpu ${SHARDS:+gpushard}; do
-	for c in 1 16 64; do
+for dev in ${DEVS:-gpu cpu ${SHARDS:+gpushard}}; do
+	for c in ${CLIENTS:-1 16 64}; do
 		opts="-c gpuivf.device=$dev"
 		[ "$dev" = gpushard ] && opts="-c gpuivf.device=gpu -c gpuivf.shards=$SHARDS"
 		knn_row "$dev" "$c" "$opts"
@@ -299,17 +324,17 @@ done
 PER_WORKER=$(sql "SELECT string_agg(format('worker %s (GPU %s): %s queries in %s batches, %s indexes cached', worker, device, queries, batches, indexes_cached), '; ' ORDER BY worker) FROM gpuivf_stat")
 say "per worker: $PER_WORKER"
 
-# STREAMS_SWEEP="1 3 4": the 64-client GPU row again with that many search
-# streams in the worker (gpuivf.search_streams, a restart each).
-for n in ${STREAMS_SWEEP:-}; do
-	sql "ALTER SYSTEM SET gpuivf.search_streams = $n" >/dev/null
+# SWEEP="gpuivf.search_streams=4 gpuivf.wake_thread=off": the 64-client GPU
+# row again under each setting (ALTER SYSTEM and a restart each; reset after).
+for set in ${SWEEP:-}; do
+	sql "ALTER SYSTEM SET ${set%%=*} = '${set#*=}'" >/dev/null
 	as_pg "pg_ctl -D $W/data -m fast -w restart -l $W/server.log >/dev/null"
 	sleep 2
 	sql "SET gpuivf.device = gpu; SET gpuivf.probes = $PROBES; SELECT count(*) FROM (SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE qid = 0) LIMIT 10) s" >/dev/null
-	knn_row "gpu_streams$n" 64 "-c gpuivf.device=gpu"
+	knn_row "gpu_${set#gpuivf.}" 64 "-c gpuivf.device=gpu"
+	sql "ALTER SYSTEM RESET ${set%%=*}" >/dev/null
 done
-if [ -n "${STREAMS_SWEEP:-}" ]; then
-	sql "ALTER SYSTEM RESET gpuivf.search_streams" >/dev/null
+if [ -n "${SWEEP:-}" ]; then
 	as_pg "pg_ctl -D $W/data -m fast -w restart -l $W/server.log >/dev/null"
 	sleep 2
 fi
@@ -323,13 +348,18 @@ printf '%s\n' "\\set q random(0, $((NQ - 1)))" \
 	"SELECT id FROM items WHERE ctid = ANY ('{$TIDS}'::tid[]) AND (SELECT v FROM queries WHERE qid = :q) IS NOT NULL;" \
 	> "$W/pgonly.sql"
 chown "$PGUSER_OS" "$W/pgonly.sql"
-for c in 1 16 64; do
+for c in ${CLIENTS:-1 16 64}; do
+	m0=$(mcpu)
+	b0=$(bcpu)
 	pgbench_run pgonly "$c" "$W/pgonly.sql"
-	echo "pgonly $c $TPS $LAT (ten rows by TID, no kNN)" | tee -a "$W/bench.txt"
+	m1=$(mcpu)
+	sleep 0.5
+	echo "pgonly $c $TPS $LAT machine_cpu=$(cpu_busy "$m0" "$m1") backend_us=$(bcpu_per "$b0" "$(bcpu)" "$NTX") (ten rows by TID, no kNN)" | tee -a "$W/bench.txt"
 done
 
 
 # ------------------------------------------------------------ 6. kill -9
+if [ -z "${QPS_ONLY:-}" ]; then
 pid=$(sql "SELECT pid FROM gpuivf_stat WHERE worker = 0")
 as_pg "PGOPTIONS='-c gpuivf.device=gpu -c gpuivf.probes=$PROBES' pgbench -n -c 8 -j 8 -T 5 -f $W/knn.sql postgres" > "$W/pgbench_kill.log" 2>&1 &
 bgpid=$!
@@ -345,6 +375,7 @@ for i in $(seq 1 100); do
 done
 AFTER=$(sql "SET gpuivf.device = gpu; SET gpuivf.probes = $PROBES; SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE qid = 7) LIMIT 1;" 2>&1)
 say "kill -9 of the worker (pid $pid): in-flight clients saw \"$KILL_ERR\"; new worker: ${newstate:-none}; GPU query after: $AFTER"
+fi # QPS_ONLY
 
 # -------------------------------------------------------------- summary
 sql "\\x on
