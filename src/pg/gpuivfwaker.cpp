@@ -44,6 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "portability/instr_time.h"
 #include "port/atomics.h"
 #include "storage/latch.h"
 
@@ -70,21 +71,14 @@ Futex(pg_atomic_uint32 *word, int op, uint32 val)
                    op == FUTEX_WAIT_PRIVATE ? &limit : NULL, NULL, 0);
 }
 
-static double
-NowUs(void)
-{
-    struct timespec t;
-
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
-
 /* The thread: set the latches of the ring, spin a while, sleep. */
 static void *
 WakerMain(void *)
 {
-    double      last = NowUs();
+    instr_time  last;           /* the last wake-up (or sleep) */
+    instr_time  idle;
 
+    INSTR_TIME_SET_CURRENT(last);
     for (;;)
     {
         uint64      tail = pg_atomic_read_u64(&WakeTail);
@@ -99,12 +93,14 @@ WakerMain(void *)
                 tail++;
                 pg_atomic_write_u64(&WakeTail, tail);
             }
-            last = NowUs();
+            INSTR_TIME_SET_CURRENT(last);
             continue;
         }
         if (pg_atomic_read_u32(&WakerStopping) != 0)
             break;
-        if (NowUs() - last < GPUIVF_WAKER_SPIN_US)
+        INSTR_TIME_SET_CURRENT(idle);
+        INSTR_TIME_SUBTRACT(idle, last);
+        if (INSTR_TIME_GET_MICROSEC(idle) < GPUIVF_WAKER_SPIN_US)
         {
             pg_spin_delay();
             continue;
@@ -114,7 +110,7 @@ WakerMain(void *)
         if (pg_atomic_read_u64(&WakeHead) == tail && pg_atomic_read_u32(&WakerStopping) == 0)
             (void) Futex(&WakerSleeping, FUTEX_WAIT_PRIVATE, 1);
         pg_atomic_write_u32(&WakerSleeping, 0);
-        last = NowUs();
+        INSTR_TIME_SET_CURRENT(last);
     }
     return NULL;
 }

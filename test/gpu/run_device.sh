@@ -266,27 +266,31 @@ wcpu() {
 	pid=$(sql "SELECT pid FROM gpuivf_stat WHERE worker = 0")
 	awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || echo 0
 }
-# One pgbench run of BENCH_S seconds: pgbench_run LABEL CLIENTS SCRIPT
-# [PGOPTIONS]; sets TPS, LAT (p50/p99/mean from the transaction log) and FAIL.
-pgbench_run() {
-	local label=$1 c=$2 script=$3 opts=${4:-} j=$(($2 < 16 ? $2 : 16))
-	rm -f "$W"/pgb_*
-	as_pg "PGOPTIONS='$opts' pgbench -n -M prepared -c $c -j $j -T $BENCH_S -l --log-prefix=$W/pgb_${label}_$c -f $script postgres" > "$W/pgbench_${label}_$c.log" 2>&1
-	TPS=$(grep -E '^tps' "$W/pgbench_${label}_$c.log" | head -1 | awk '{print $3}')
-	NTX=$(grep -E '^number of transactions actually processed' "$W/pgbench_${label}_$c.log" | awk '{print $NF}')
-	FAIL=$(grep -E 'number of failed|aborted' "$W/pgbench_${label}_$c.log" | head -1)
-	LAT=$($PY "$W/gpuivf_device.py" latency "$W/pgb_${label}_$c")
-}
 # Busy and total clock ticks of all CPUs so far (/proc/stat): whether the
 # machine's cores were saturated over a run.
 mcpu() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat; }
 # CPU clock ticks of the postmaster's exited children (cutime + cstime): the
 # backends of a pgbench run, once it has ended and they are reaped.
 bcpu() { awk '{ print $16 + $17 }' "/proc/$(head -1 "$W/data/postmaster.pid")/stat"; }
-# CPU microseconds per statement of those backends: bcpu_per ticks0 ticks1 n
-bcpu_per() { echo "$1 $2 $3 $(getconf CLK_TCK)" | awk '{ if ($3 > 0) printf "%.1f", 1e6 * ($2 - $1) / $4 / $3; else print "-" }'; }
-cpu_busy() {         # "busy0 total0" "busy1 total1"
-	echo "$1 $2" | awk '{ if ($4 > $2) printf "%.0f%%", 100 * ($3 - $1) / ($4 - $2); else print "-" }'
+# One pgbench run of BENCH_S seconds: pgbench_run LABEL CLIENTS SCRIPT
+# [PGOPTIONS]; sets TPS, LAT (p50/p99/mean from the transaction log), FAIL,
+# MCPU (how busy the machine's cores were) and BACKEND_US (CPU microseconds
+# per statement of the run's backends).
+pgbench_run() {
+	local label=$1 c=$2 script=$3 opts=${4:-} j=$(($2 < 16 ? $2 : 16)) m0 m1 b0 b1 ntx
+	rm -f "$W"/pgb_*
+	m0=$(mcpu)
+	b0=$(bcpu)
+	as_pg "PGOPTIONS='$opts' pgbench -n -M prepared -c $c -j $j -T $BENCH_S -l --log-prefix=$W/pgb_${label}_$c -f $script postgres" > "$W/pgbench_${label}_$c.log" 2>&1
+	m1=$(mcpu)
+	sleep 0.5
+	b1=$(bcpu)
+	TPS=$(grep -E '^tps' "$W/pgbench_${label}_$c.log" | head -1 | awk '{print $3}')
+	ntx=$(grep -E '^number of transactions actually processed' "$W/pgbench_${label}_$c.log" | awk '{print $NF}')
+	FAIL=$(grep -E 'number of failed|aborted' "$W/pgbench_${label}_$c.log" | head -1)
+	LAT=$($PY "$W/gpuivf_device.py" latency "$W/pgb_${label}_$c")
+	MCPU=$(echo "$m0 $m1" | awk '{ if ($4 > $2) printf "%.0f%%", 100 * ($3 - $1) / ($4 - $2); else print "-" }')
+	BACKEND_US=$(echo "$b0 $b1 ${ntx:-0} $(getconf CLK_TCK)" | awk '{ if ($3 > 0) printf "%.1f", 1e6 * ($2 - $1) / $4 / $3; else print "-" }')
 }
 # One row of bench.txt: knn_row LABEL CLIENTS PGOPTIONS — the pgbench run
 # with the worker's mean batch, GPU busy fraction and CPU share over it, and
@@ -295,12 +299,7 @@ knn_row() {
 	local label=$1 c=$2 opts=$3 s0 s1 c0 c1 q0 q1 bt0 bt1 g0 g1 mb busy wc
 	s0=$(wstat)
 	c0=$(wcpu)
-	m0=$(mcpu)
-	b0=$(bcpu)
 	pgbench_run "$label" "$c" "$W/knn.sql" "$opts -c gpuivf.probes=$PROBES"
-	m1=$(mcpu)
-	sleep 0.5
-	b1=$(bcpu)
 	c1=$(wcpu)
 	s1=$(wstat)
 	read -r q0 bt0 g0 _ <<< "$s0"
@@ -308,7 +307,7 @@ knn_row() {
 	mb=$(echo "$q1 $q0 $bt1 $bt0" | awk '{ if ($3 > $4) printf "%.2f", ($1 - $2) / ($3 - $4); else print "-" }')
 	busy=$(echo "$g1 $g0 $BENCH_S" | awk '{ printf "%.1f%%", 100 * ($1 - $2) / ($3 * 1000) }')
 	wc=$(echo "$c1 $c0 $BENCH_S $(getconf CLK_TCK)" | awk '{ printf "%.0f%%", 100 * ($1 - $2) / ($4 * $3) }')
-	echo "$label $c $TPS $LAT batch=$mb gpu_busy=$busy worker_cpu=$wc machine_cpu=$(cpu_busy "$m0" "$m1") backend_us=$(bcpu_per "$b0" "$b1" "$NTX") $FAIL" | tee -a "$W/bench.txt"
+	echo "$label $c $TPS $LAT batch=$mb gpu_busy=$busy worker_cpu=$wc machine_cpu=$MCPU backend_us=$BACKEND_US $FAIL" | tee -a "$W/bench.txt"
 }
 for dev in ${DEVS:-gpu cpu ${SHARDS:+gpushard}}; do
 	for c in ${CLIENTS:-1 16 64}; do
@@ -349,12 +348,8 @@ printf '%s\n' "\\set q random(0, $((NQ - 1)))" \
 	> "$W/pgonly.sql"
 chown "$PGUSER_OS" "$W/pgonly.sql"
 for c in ${CLIENTS:-1 16 64}; do
-	m0=$(mcpu)
-	b0=$(bcpu)
 	pgbench_run pgonly "$c" "$W/pgonly.sql"
-	m1=$(mcpu)
-	sleep 0.5
-	echo "pgonly $c $TPS $LAT machine_cpu=$(cpu_busy "$m0" "$m1") backend_us=$(bcpu_per "$b0" "$(bcpu)" "$NTX") (ten rows by TID, no kNN)" | tee -a "$W/bench.txt"
+	echo "pgonly $c $TPS $LAT machine_cpu=$MCPU backend_us=$BACKEND_US (ten rows by TID, no kNN)" | tee -a "$W/bench.txt"
 done
 
 
