@@ -435,6 +435,11 @@ int main(int argc, char **argv) {
             std::vector<int32_t> hk(bmax, k), hnp(bmax, nprobe);
             std::vector<double> hd(static_cast<size_t>(bmax) * k);
             std::vector<uint64_t> hi(static_cast<size_t>(bmax) * k);
+            /* candidates re-ranked: 40 here (the rows' history), 200 in the
+             * throughput rows below too (gpuivf.rerank_candidates' default);
+             * GPUIVF_BENCH_RERANK=200 for profiling that shape */
+            const char *rr_env = std::getenv("GPUIVF_BENCH_RERANK");
+            const int rr = rr_env ? std::atoi(rr_env) : 40;
             /* perlist_nograph: the same calls issued kernel by kernel
              * (search graphs off), the A/B of search_graph.cu */
             for (const char *mode : {"perlist", "perlist_nograph", "auto"}) {
@@ -442,7 +447,7 @@ int main(int argc, char **argv) {
                 CHECK_GPU(gpuivf_cuda_set_search_graphs(res, std::strcmp(mode, "perlist_nograph") ? 1 : 0));
                 for (int64_t b : {1, 8, 16, 32, 64, 128, 256}) {
                     if (b > bmax) continue;
-                    gpuivf_cuda_search_params sp{k, nprobe, 40, lut, hk.data(), hnp.data()};
+                    gpuivf_cuda_search_params sp{k, nprobe, rr, lut, hk.data(), hnp.data()};
                     const double ms = median_ms(quick ? 5 : 31, [&] {
                         CHECK_GPU(gpuivf_cuda_index_search(res, ix, hq.data(), b, &sp, hd.data(), hi.data()));
                     });
@@ -478,6 +483,55 @@ int main(int argc, char **argv) {
                       us[us.size() / 2]);
             }
             CHECK_GPU(gpuivf_cuda_set_search_graphs(res, 1));
+
+            /* The GPU worker's throughput without PostgreSQL: S resources
+             * objects (the worker's search streams), each restarted with a
+             * new batch of b queries as soon as the oldest search is
+             * answered, as GpuivfFinishSearches does; queries per second
+             * over about 0.3 s.  What the GPU side can give the worker at a
+             * given batch size, and how much streams overlap. */
+            std::vector<gpuivf_cuda_resources *> streams{res};
+            for (int s = 1; s < 8; s++) {
+                gpuivf_cuda_resources *r2 = nullptr;
+                CHECK_GPU(gpuivf_cuda_resources_create(0, int64_t(256) << 20, &r2));
+                streams.push_back(r2);
+            }
+            std::vector<std::vector<double>> sd(streams.size(), std::vector<double>(hd.size()));
+            std::vector<std::vector<uint64_t>> si(streams.size(), std::vector<uint64_t>(hi.size()));
+            for (const char *mode : {"perlist", "perlist_r200", "auto_r200"}) {
+                const int lut = mode[0] == 'p' ? GPUIVF_CUDA_LUT_PER_LIST : GPUIVF_CUDA_LUT_AUTO;
+                const int rerank = std::strstr(mode, "r200") ? 200 : 40;
+                for (int ns : {2, 4, 8}) for (int64_t b : {4, 8, 16, 32}) {
+                    if (b > bmax) continue;
+                    gpuivf_cuda_search_params sp{k, nprobe, rerank, lut, hk.data(), hnp.data()};
+                    auto start = [&](int s, int64_t seq) {
+                        const int64_t q0 = (seq * b) % (bmax - b + 1);
+                        CHECK_GPU(gpuivf_cuda_index_search_async(streams[s], ix, hq.data() + q0 * d, b, &sp,
+                                                                 sd[s].data(), si[s].data()));
+                    };
+                    /* warm up: every stream records its graph once */
+                    for (int s = 0; s < ns; s++) {
+                        start(s, s);
+                        CHECK_GPU(gpuivf_cuda_search_wait(streams[s]));
+                    }
+                    int64_t seq = 0, answered = 0;
+                    for (int s = 0; s < ns; s++) start(s, seq++);
+                    const auto t0 = std::chrono::steady_clock::now();
+                    double el = 0.0;
+                    for (int s = 0;; s = (s + 1) % ns) {
+                        CHECK_GPU(gpuivf_cuda_search_wait(streams[s]));
+                        answered += b;
+                        el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                        if (el > 0.3) break;
+                        start(s, seq++);
+                    }
+                    for (int s = 0; s < ns; s++) CHECK_GPU(gpuivf_cuda_search_wait(streams[s]));
+                    R.add(std::string("worker_tput_") + mode + "_s" + std::to_string(ns) + "_b" + std::to_string(b) +
+                              "_qps",
+                          answered / el);
+                }
+            }
+            for (size_t s = 1; s < streams.size(); s++) CHECK_GPU(gpuivf_cuda_resources_destroy(streams[s]));
         }
 
         /* Where the search time goes: the coarse quantizer alone. */

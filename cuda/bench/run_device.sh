@@ -33,7 +33,7 @@ if [ "$what" = all ] || [ "$what" = test ]; then
   grep -A12 "Failure" "$OUT/test.log" | head -150
 fi
 if [ "$what" = all ] || [ "$what" = sanitize ]; then
-  small=${SAN_FILTER:-'SelectK.StrideIdsAndDeviceMemory:SelectK.NaNRanksLast:ExactKnn.TiesAndPadding:IvfPq.PerQueryKAndNprobe:IvfPq.AppendAndRemove:IvfPq.ConflictFreeScanWidths:IvfPq.PairedScanMatchesSingleQueries:IvfPq.GpuEncodingAppend:KMeans.EmptyClustersAndFewPoints'}
+  small=${SAN_FILTER:-'SelectK.StrideIdsAndDeviceMemory:SelectK.NaNRanksLast:ExactKnn.TiesAndPadding:IvfPq.PerQueryKAndNprobe:IvfPq.CollectCutsLongLists:IvfPq.AppendAndRemove:IvfPq.ConflictFreeScanWidths:IvfPq.PairedScanMatchesSingleQueries:IvfPq.GpuEncodingAppend:KMeans.EmptyClustersAndFewPoints'}
   timeout ${SAN_TIMEOUT:-200} compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 $T --gtest_filter="$small" > "$OUT/memcheck.log" 2>&1; echo "memcheck rc=$?"
   grep -E "ERROR SUMMARY|LEAK SUMMARY|PASSED|FAILED|Invalid" "$OUT/memcheck.log" | head -20
   timeout ${SAN_TIMEOUT:-200} compute-sanitizer --tool racecheck --error-exitcode 9 $T --gtest_filter="$small" > "$OUT/racecheck.log" 2>&1; echo "racecheck rc=$?"

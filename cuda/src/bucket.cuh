@@ -22,6 +22,9 @@
     size_t ivfpq_scan_queue_bytes_w##W() {                                                               \
         return sizeof(Key) * (kScanThreads / 32) * WarpSelect<W, ScanQueueLength<W>::value>::kSmemKeys;  \
     }                                                                                                    \
+    size_t ivfpq_scan_select_bytes_w##W() {                                                              \
+        return ivfpq_scan_select_bytes<W, ScanQueueLength<W>::value, kScanThreads>();                    \
+    }                                                                                                    \
     void launch_ivfpq_scan_w##W(const IvfPqScanArgs &a, size_t smem_bytes, cudaStream_t stream) {       \
         constexpr int kT = ScanQueueLength<W>::value;                                                    \
         auto kernel = a.scan8 ? ivfpq_scan8_kernel<W, kT, kScanThreads, 1>                               \
@@ -34,7 +37,7 @@
             threads = 2 * kScanThreads;                                                                  \
             grid = dim3(1u, static_cast<unsigned>(ceil_div(int64_t(a.nq) * a.splits, 2)));               \
         }                                                                                                \
-        if (smem_bytes > 48 * 1024)                                                                      \
+        if (smem_bytes + 256 > 48 * 1024) /* the static block_threshold counts too */                   \
             GPUIVF_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,    \
                                                  static_cast<int>(smem_bytes)));                         \
         kernel<<<grid, threads, smem_bytes, stream>>>(a);                                                \

@@ -269,21 +269,6 @@ __device__ __forceinline__ Key bitonic_exchange_lanes(Key v, int i, int size, in
     const bool keep_min = ((i & size) == 0) == ((i & stride) == 0);
     return keep_min ? (other < v ? other : v) : (other < v ? v : other);
 }
-
-/* The 64 smallest keys of two ascending runs of 64 (a warp, element e =
- * r * 32 + lane in register r), ascending: a against b reversed gives them
- * as a bitonic sequence, which one merge (stride 32 in registers, 16..1 as
- * shuffles) sorts. */
-__device__ __forceinline__ void merge_runs64(Key a0, Key a1, Key b_rev0, Key b_rev1, Key &v0, Key &v1) {
-    const int lane = threadIdx.x & 31;
-    Key lo = a0 < b_rev0 ? a0 : b_rev0, hi = a1 < b_rev1 ? a1 : b_rev1;
-    v0 = lo < hi ? lo : hi;
-    v1 = lo < hi ? hi : lo;
-    for (int st = 16; st > 0; st >>= 1) {
-        v0 = bitonic_exchange_lanes(v0, lane, 64, st);
-        v1 = bitonic_exchange_lanes(v1, lane, 64, st);
-    }
-}
 #endif
 
 }  // namespace gpuivf_cuda

@@ -2,7 +2,10 @@
  * ivfpq_scan.cuh — the IVF-PQ list scan: one block per (query, share of its
  * probes), look-up table in shared memory, ADC score per code, selection
  * fused in (compute, then filter against the running k-th: most codes never
- * leave the registers).
+ * leave the registers).  The selection is WarpSelect, except for the
+ * k-buckets 128 and 256: the block's collect-then-cut (below), because a
+ * block that sees about a thousand codes for a k of 200 never fills a
+ * warp's queue.
  *
  * Look-up tables.  With the term decomposition of Jégou et al. the squared
  * distance of query q to entry x = c + r (list centroid c, decoded residual
@@ -204,9 +207,17 @@ __device__ __forceinline__ void build_list_lut(const IvfPqScanArgs &a, const flo
 
 /* Blocks per multiprocessor the register budget is sized for: small queues
  * leave room for more resident warps (latency hiding for the code loads). */
+#ifndef GPUIVF_SCAN_MINBLOCKS_256
+#define GPUIVF_SCAN_MINBLOCKS_256 2
+#endif
+#ifndef GPUIVF_SCAN_COLLECT_MINBLOCKS
+#define GPUIVF_SCAN_COLLECT_MINBLOCKS 4
+#endif
 template <int W>
 struct ScanMinBlocks {
-    static constexpr int value = W <= 64 ? 4 : (W <= 256 ? 2 : 1);
+    static constexpr int value = (GPUIVF_SCAN_COLLECT && W >= kScanCollectMinW && W <= kScanCollectMaxW)
+                                     ? GPUIVF_SCAN_COLLECT_MINBLOCKS
+                                     : (W <= 64 ? 4 : (W <= 256 ? GPUIVF_SCAN_MINBLOCKS_256 : 1));
 };
 
 /* Thread-queue slots per lane in the scan (shared memory is shared with the
@@ -216,16 +227,143 @@ struct ScanQueueLength {
     static constexpr int value = W <= 64 ? 2 : (W <= 512 ? 4 : 8);
 };
 
+/*
+ * Collect-then-select (k-buckets kScanCollectMinW..kScanCollectMaxW): the
+ * block appends every code whose key beats its running bound to one shared
+ * buffer, and when the buffer could overflow, and at the end, cuts it to
+ * its k best: the k-th
+ * key by bisection over the key range (block-wide counts, one barrier a
+ * step), then the keys at or below it.  Why: a block of the GPU worker's
+ * scan sees one list (~1,000 codes) for a query that keeps 200 candidates,
+ * so each warp's WarpSelect queue never filled, never had a threshold, and
+ * took every code through its thread queue, bitonic merges and the block
+ * merge (measured, session 8: that selection was 35-45 % of the scan's
+ * throughput at 200 candidates).  The result is the same: the k best keys,
+ * ascending.
+ */
+template <int W>
+struct ScanCollects {
+    static constexpr bool value = GPUIVF_SCAN_COLLECT && W >= kScanCollectMinW && W <= kScanCollectMaxW;
+};
+
+/* Dynamic shared memory of the scan's selection: the warps' thread queues,
+ * or the collected keys and a cut's k best. */
+template <int W, int T, int kThreads>
+__host__ __device__ constexpr size_t ivfpq_scan_select_bytes() {
+    return ScanCollects<W>::value ? sizeof(Key) * (kScanCollectCapacity + W)
+                                  : sizeof(Key) * (kThreads / 32) * WarpSelect<W, T>::kSmemKeys;
+}
+
+/* Shared scratch of the collect selection. */
+template <int kWarps>
+struct CollectShared {
+    /* keys appended by step s in added[s % 3]: a step's count is read by
+     * every thread at the next step's barrier, and the counter of the step
+     * after that is cleared meanwhile, so no barrier more is needed */
+    int added[3];
+    int kept;             /* keys gathered by a cut */
+    Key bound;            /* a key at or above the k-th best so far */
+    int counts[2][kWarps];
+    Key lo[kWarps], hi[kWarps];
+};
+
+/* The k-th smallest of keys[0, n) (1 <= k <= n, keys distinct), or a key
+ * with exactly k keys at or below it; block-wide, every thread gets it. */
+template <int kWarps>
+__device__ Key block_kth_key(const Key *keys, int n, int k, CollectShared<kWarps> &cs) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    Key lo = kSentinelKey, hi = 0;
+    for (int i = threadIdx.x; i < n; i += kWarps * 32) {
+        lo = key_min(lo, keys[i]);
+        hi = key_max(hi, keys[i]);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        lo = key_min(lo, __shfl_xor_sync(kFullMask, lo, o));
+        hi = key_max(hi, __shfl_xor_sync(kFullMask, hi, o));
+    }
+    if (lane == 0) {
+        cs.lo[warp] = lo;
+        cs.hi[warp] = hi;
+    }
+    __syncthreads();
+    lo = cs.lo[0];
+    hi = cs.hi[0];
+    for (int w = 1; w < kWarps; ++w) {
+        lo = key_min(lo, cs.lo[w]);
+        hi = key_max(hi, cs.hi[w]);
+    }
+    /* the k-th key lies in [lo, hi]; halve the range until it is found or
+     * a midpoint has exactly k keys at or below it */
+    for (int it = 0; lo < hi; ++it) {
+        const Key mid = lo + (hi - lo) / 2;
+        int c = 0;
+        for (int i = threadIdx.x; i < n; i += kWarps * 32) c += keys[i] <= mid;
+        c = __reduce_add_sync(kFullMask, c);
+        if (lane == 0) cs.counts[it & 1][warp] = c;
+        __syncthreads();
+        int total = 0;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) total += cs.counts[it & 1][w];
+        if (total == k) return mid;
+        if (total > k)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+/* Append each lane's key that is below the bound after buf[0, n) (whole
+ * warp; counter: this step's). */
+__device__ __forceinline__ void collect_offer(bool valid, Key key, Key bound, Key *buf, int n, int *counter) {
+    const int lane = threadIdx.x & 31;
+    const bool pass = valid && key < bound;
+    const unsigned m = __ballot_sync(kFullMask, pass);
+    if (m == 0) return;
+    int base = 0;
+    if (lane == 0) base = n + atomicAdd(counter, __popc(m));
+    base = __shfl_sync(kFullMask, base, 0);
+    if (pass) buf[base + __popc(m & ((1u << lane) - 1u))] = key;
+}
+
+/* Cut buf[0, n) to its k best (block-wide, n > k): they go to out[0, k),
+ * and the bound becomes the k-th. */
+template <int kWarps>
+__device__ void collect_cut(const Key *buf, int n, int k, Key *out, CollectShared<kWarps> &cs) {
+    const Key t = block_kth_key<kWarps>(buf, n, k, cs);
+    if (threadIdx.x == 0) cs.kept = 0;
+    __syncthreads();
+    const int lane = threadIdx.x & 31;
+    for (int b = 0; b < n; b += kWarps * 32) {
+        const int i = b + threadIdx.x;
+        const Key key = i < n ? buf[i] : kSentinelKey;
+        const bool take = i < n && key <= t;
+        const unsigned m = __ballot_sync(kFullMask, take);
+        int base = 0;
+        if (lane == 0 && m) base = atomicAdd(&cs.kept, __popc(m));
+        base = __shfl_sync(kFullMask, base, 0);
+        const int at = base + __popc(m & ((1u << lane) - 1u));
+        if (take && at < k) out[at] = key;
+    }
+    if (threadIdx.x == 0) cs.bound = t;
+    __syncthreads();
+}
+
 template <int W, int T, int kThreads>
 __global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_kernel(const IvfPqScanArgs a) {
     constexpr int kWarps = kThreads / 32;
+    constexpr bool kCollect = ScanCollects<W>::value;
     using WS = WarpSelect<W, T>;
     extern __shared__ __align__(16) unsigned char scan_smem[];
     __shared__ Key block_threshold;
+    __shared__ CollectShared<kWarps> cs;
 
-    /* [thread queues][probes: start, offset, bias][table | later the queue merge] */
+    /* [thread queues | collected keys, the cut's keys][probes: start,
+     * offset, bias][table | later the queue merge] */
     Key *queues = reinterpret_cast<Key *>(scan_smem);
-    int *pstart = reinterpret_cast<int *>(scan_smem + sizeof(Key) * kWarps * WS::kSmemKeys);
+    Key *collected = queues, *best = queues + kScanCollectCapacity;
+    int *pstart = reinterpret_cast<int *>(scan_smem + ivfpq_scan_select_bytes<W, T, kThreads>());
     uint32_t *poff = reinterpret_cast<uint32_t *>(pstart + a.probes_per_split + 1);
     float *pbias = reinterpret_cast<float *>(poff + a.probes_per_split);
     unsigned char *tail = reinterpret_cast<unsigned char *>(pbias + a.probes_per_split);
@@ -250,8 +388,16 @@ __global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_
 
     for (int t = threadIdx.x; t < a.d; t += kThreads) qs[t] = a.queries[static_cast<int64_t>(q) * a.d + t];
     /* Padding sub-quantizers (code bytes that are always 0) score 0. */
+#if defined(GPUIVF_SCAN_PROBE_NO_LUT)
+    for (int i = threadIdx.x; i < lut_floats; i += kThreads) lut[i] = 0.0f;
+#else
     for (int i = a.m * a.ksub + threadIdx.x; i < lut_floats; i += kThreads) lut[i] = 0.0f;
-    if (threadIdx.x == 0) block_threshold = kSentinelKey;
+#endif
+    if (threadIdx.x == 0) {
+        block_threshold = kSentinelKey;
+        cs.added[0] = cs.added[1] = cs.added[2] = 0;
+        cs.bound = kSentinelKey;
+    }
     /* The probed lists as one stream: pstart[i] = codes before probe i. */
     for (int i = threadIdx.x; i < np; i += kThreads) {
         const int64_t slot = static_cast<int64_t>(q) * a.probe_ld + p0 + i;
@@ -269,7 +415,9 @@ __global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_
     __syncthreads();
 
     WS ws;
-    ws.init(k, queues + warp * WS::kSmemKeys, &block_threshold);
+    if constexpr (!kCollect) ws.init(k, queues + warp * WS::kSmemKeys, &block_threshold);
+    Key bound = kSentinelKey; /* collect: cs.bound, read after each cut */
+    int collected_n = 0, step = 0; /* collect: keys in the buffer before this step */
 
     /* Segments of the stream sharing one table: all probes, or (per-list
      * tables) one list at a time. */
@@ -284,6 +432,12 @@ __global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_
             const float *c = a.centroids + static_cast<int64_t>(list) * a.d;
             for (int t = threadIdx.x; t < a.d; t += kThreads) rs[t] = __fsub_rn(qs[t], c[t]);
             __syncthreads();
+#if defined(GPUIVF_SCAN_PROBE_NO_LUT)
+            /* measurement knob (NOTES.md): the scan without its per-list
+             * table builds (wrong scores) */
+            if (true) {
+            } else
+#endif
             if (a.ksub == 256 && a.dsub == 4)
                 build_list_lut<4, kThreads>(a, rs, lut);
             else if (a.ksub == 256 && a.dsub == 2)
@@ -297,6 +451,20 @@ __global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_
         const int g0 = pstart[seg], g1 = pstart[seg_end];
         pi = seg;
         for (int b = g0; b < g1; b += kThreads) {
+            if constexpr (kCollect) {
+                /* room for this step's codes (every thread sees the same
+                 * count after the barrier) */
+                __syncthreads();
+                if (step > 0) collected_n += cs.added[(step - 1) % 3];
+                if (threadIdx.x == 0) cs.added[(step + 1) % 3] = 0;
+                if (collected_n > kScanCollectCapacity - kThreads) {
+                    collect_cut<kWarps>(collected, collected_n, k, best, cs);
+                    for (int i = threadIdx.x; i < k; i += kThreads) collected[i] = best[i];
+                    collected_n = k;
+                    __syncthreads();
+                }
+                bound = cs.bound;
+            }
             const int g = b + threadIdx.x;
             const bool valid = g < g1;
             float score = 0.0f;
@@ -310,24 +478,56 @@ __global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_
                 const float bias = pbias[pi];
                 score = term2 ? (bias + __ldg(term2 + pos)) + sum : bias + sum;
             }
-            const bool pass = valid && ws.may_pass(score);
-            if (__any_sync(kFullMask, pass)) {
-                ws.reserve(1);
-                if (pass) ws.offer(score, pos);
+#if defined(GPUIVF_SCAN_PROBE_NO_SELECT)
+            /* measurement knob (NOTES.md): the scan without its selection
+             * (only a code scoring below -1e30 is offered: none) */
+            const bool offered = valid && score < -1e30f;
+#else
+            const bool offered = valid;
+#endif
+            if constexpr (kCollect) {
+                collect_offer(offered, offered ? make_key(score, pos) : kSentinelKey, bound, collected, collected_n,
+                              &cs.added[step % 3]);
+                ++step;
+            } else {
+                const bool pass = offered && ws.may_pass(score);
+                if (__any_sync(kFullMask, pass)) {
+                    ws.reserve(1);
+                    if (pass) ws.offer(score, pos);
+                }
+                ws.refresh();
             }
-            ws.refresh();
         }
     }
 
-    ws.flush();
-    __syncthreads(); /* the table is dead: its memory holds the queue merge */
-    block_merge_queues<W, T, kWarps>(ws, reinterpret_cast<Key *>(tail));
-    if (warp == 0) {
-        Key *o = a.out + (static_cast<int64_t>(q) * gridDim.x + split) * a.out_ld;
+    Key *o = a.out + (static_cast<int64_t>(q) * gridDim.x + split) * a.out_ld;
+    if constexpr (kCollect) {
+        /* the k best of what was collected, ranked into place */
+        __syncthreads();
+        int n = collected_n + (step > 0 ? cs.added[(step - 1) % 3] : 0);
+        const Key *sel = collected;
+        if (n > k) {
+            collect_cut<kWarps>(collected, n, k, best, cs);
+            sel = best;
+            n = k;
+        }
+        for (int i = threadIdx.x; i < n; i += kThreads) {
+            const Key key = sel[i];
+            int rank = 0;
+            for (int j = 0; j < n; ++j) rank += sel[j] < key;
+            if (rank < a.out_count) o[rank] = key;
+        }
+        for (int e = n + threadIdx.x; e < a.out_count; e += kThreads) o[e] = kSentinelKey;
+    } else {
+        ws.flush();
+        __syncthreads(); /* the table is dead: its memory holds the queue merge */
+        block_merge_queues<W, T, kWarps>(ws, reinterpret_cast<Key *>(tail));
+        if (warp == 0) {
 #pragma unroll
-        for (int r = 0; r < W / 32; ++r) {
-            const int e = r * 32 + lane;
-            if (e < a.out_count) o[e] = e < k ? ws.queue[r] : kSentinelKey;
+            for (int r = 0; r < W / 32; ++r) {
+                const int e = r * 32 + lane;
+                if (e < a.out_count) o[e] = e < k ? ws.queue[r] : kSentinelKey;
+            }
         }
     }
 }

@@ -1,8 +1,8 @@
 /*
  * rescore.cu — exact re-scoring and the final sort: one block per row, the
  * candidates' values and ids in shared memory, half a warp per candidate for
- * the exact distance (the CPU's lane order), then a bitonic sort of
- * (value, id) pairs in shared memory.
+ * the exact distance (the CPU's lane order), then every candidate's rank
+ * among the row's (value, id) pairs, which is its place in the output.
  */
 #include "rescore.h"
 
@@ -10,7 +10,9 @@ namespace gpuivf_cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
+/* 64 candidates' distances in flight a pass (the GPU worker re-ranks 200
+ * per query: 4 passes instead of 13 at 256 threads). */
+constexpr int kThreads = 1024;
 constexpr int kMaxCandidates = 1024;
 
 /* (value, id) order of src/core's pair_less: smaller value, NaN after every
@@ -23,23 +25,21 @@ __device__ __forceinline__ bool pair_less(double av, uint64_t aid, double bv, ui
     return aid < bid;
 }
 
-__global__ void __launch_bounds__(kThreads) rescore_kernel(const RescoreArgs a, int sort_size) {
+__global__ void __launch_bounds__(kThreads) rescore_kernel(const RescoreArgs a) {
     __shared__ double vals[kMaxCandidates];
     __shared__ uint64_t ids[kMaxCandidates];
     __shared__ uint32_t index[kMaxCandidates];
+    __shared__ int rank[kMaxCandidates];
 
     const int64_t row = blockIdx.x;
     const double nan = __longlong_as_double(0x7ff8000000000000ll);
 
-    /* Candidates, and the padding up to the sort size, marked invalid by
-     * (NaN, UINT64_MAX): after every real candidate. */
-    for (int e = threadIdx.x; e < sort_size; e += kThreads) {
-        uint32_t idx = kNoIndex;
-        Key key = kSentinelKey;
-        if (e < a.candidates) {
-            key = a.keys[row * a.key_ld + e];
-            idx = key_index(key);
-        }
+    /* Candidates; an empty slot is (NaN, UINT64_MAX): after every real one. */
+    const int n = a.candidates;
+    for (int e = threadIdx.x; e < n; e += kThreads) {
+        rank[e] = 0;
+        const Key key = a.keys[row * a.key_ld + e];
+        const uint32_t idx = key_index(key);
         index[e] = idx;
         if (idx == kNoIndex) {
             vals[e] = nan;
@@ -103,41 +103,38 @@ __global__ void __launch_bounds__(kThreads) rescore_kernel(const RescoreArgs a, 
         __syncthreads();
     }
 
-    /* Bitonic sort of sort_size (a power of two) pairs. */
-    for (int size = 2; size <= sort_size; size <<= 1) {
-        for (int stride = size >> 1; stride > 0; stride >>= 1) {
-            for (int i = threadIdx.x; i < sort_size; i += kThreads) {
-                const int j = i ^ stride;
-                if (j > i) {
-                    const bool asc = (i & size) == 0;
-                    const bool swap = asc ? pair_less(vals[j], ids[j], vals[i], ids[i])
-                                          : pair_less(vals[i], ids[i], vals[j], ids[j]);
-                    if (swap) {
-                        const double tv = vals[i];
-                        vals[i] = vals[j];
-                        vals[j] = tv;
-                        const uint64_t ti = ids[i];
-                        ids[i] = ids[j];
-                        ids[j] = ti;
-                    }
-                }
-            }
-            __syncthreads();
-        }
+    /* Rank of candidate i: the candidates before it in (value, id) order,
+     * equal pairs (empty slots) by position, so the ranks are a permutation.
+     * The rows' candidates are split over groups of threads, each counting
+     * over its share of the others (no sort network, two barriers). */
+    const int n32 = (n + 31) & ~31;
+    const int groups = n32 > 0 ? max(1, kThreads / n32) : 1;
+    const int i = threadIdx.x % max(n32, 1), g = threadIdx.x / max(n32, 1);
+    if (i < n && g < groups) {
+        const double vi = vals[i];
+        const uint64_t idi = ids[i];
+        int before = 0;
+        for (int j = g; j < n; j += groups)
+            before += pair_less(vals[j], ids[j], vi, idi) || (j < i && !pair_less(vi, idi, vals[j], ids[j]));
+        atomicAdd(&rank[i], before);
     }
+    __syncthreads();
 
     const int k = a.row_k ? a.row_k[row] : a.k;
+    const int kept = min(k, n);
     const double inf = __longlong_as_double(0x7ff0000000000000ll);
-    for (int e = threadIdx.x; e < a.out_ld; e += kThreads) {
-        const bool real = e < k && e < sort_size && ids[e] != UINT64_MAX;
+    auto put = [&](int e, double v, uint64_t id) {
+        const bool real = id != UINT64_MAX;
+        if (!real) v = inf;
+        if (real && a.mode == RescoreMode::Keys && a.to_distance) v = score_to_distance(a.metric, static_cast<float>(v));
         const int64_t o = row * a.out_ld + e;
-        double v = real ? vals[e] : inf;
-        if (real && a.mode == RescoreMode::Keys && a.to_distance)
-            v = score_to_distance(a.metric, static_cast<float>(v));
         if (a.out_float) a.out_float[o] = static_cast<float>(v);
         if (a.out_double) a.out_double[o] = v;
-        a.out_ids[o] = real ? ids[e] : UINT64_MAX;
-    }
+        a.out_ids[o] = real ? id : UINT64_MAX;
+    };
+    for (int e = threadIdx.x; e < n; e += kThreads)
+        if (rank[e] < kept && rank[e] < a.out_ld) put(rank[e], vals[e], ids[e]);
+    for (int e = kept + threadIdx.x; e < a.out_ld; e += kThreads) put(e, inf, UINT64_MAX);
 }
 
 }  // namespace
@@ -146,9 +143,7 @@ void rescore_and_sort(Resources &res, const RescoreArgs &a) {
     if (a.rows <= 0) return;
     GPUIVF_REQUIRE(a.candidates >= 0 && a.candidates <= kMaxCandidates, "too many re-rank candidates: %d",
                    a.candidates);
-    int sort_size = 32;
-    while (sort_size < a.candidates) sort_size *= 2;
-    rescore_kernel<<<static_cast<unsigned>(a.rows), kThreads, 0, res.stream>>>(a, sort_size);
+    rescore_kernel<<<static_cast<unsigned>(a.rows), kThreads, 0, res.stream>>>(a);
     GPUIVF_CUDA_CHECK_LAUNCH();
 }
 

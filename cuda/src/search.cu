@@ -69,8 +69,9 @@ void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, c
                                : ivfpq_scan8_smem_bytes(ix.m_pad, ix.d, npmax, ivfpq_scan_queue_bytes(w));
     const bool scan8 = !per_list && ix.nbits == 8 && smem8 <= res.smem_optin;
     const size_t smem = scan8 ? smem8
-                              : ivfpq_scan_queue_bytes(w) + probe_bytes_max +
-                                    std::max(lut_bytes, ivfpq_scan_merge_bytes(w));
+                              : ivfpq_scan_select_bytes(w) + probe_bytes_max +
+                                    (ivfpq_scan_collects(w) ? lut_bytes
+                                                            : std::max(lut_bytes, ivfpq_scan_merge_bytes(w)));
     GPUIVF_REQUIRE(smem <= res.smem_optin,
                    "look-up tables of %d sub-quantizers x %d codes do not fit in the GPU's shared memory", ix.m,
                    ix.ksub);
@@ -123,6 +124,9 @@ void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, c
 
         /* 3. scan: enough blocks for about eight per multiprocessor */
         int splits = static_cast<int>(std::min<int64_t>(npmax, std::max<int64_t>(1, ceil_div(8 * res.sm_count, rows))));
+#ifdef GPUIVF_SCAN_MIN_PROBES_PER_BLOCK
+        splits = std::max(1, std::min(splits, static_cast<int>(ceil_div(npmax, GPUIVF_SCAN_MIN_PROBES_PER_BLOCK))));
+#endif
         const int pps = static_cast<int>(ceil_div(npmax, splits));
         splits = static_cast<int>(ceil_div(npmax, pps));
         TempBuffer<Key> scan_out(res, rows * splits * kscan_max);

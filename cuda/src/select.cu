@@ -49,58 +49,109 @@ size_t ivfpq_scan_queue_bytes(int w) {
     }
 }
 
+size_t ivfpq_scan_select_bytes(int w) {
+    switch (w) {
+        case 32: return ivfpq_scan_select_bytes_w32();
+        case 64: return ivfpq_scan_select_bytes_w64();
+        case 128: return ivfpq_scan_select_bytes_w128();
+        case 256: return ivfpq_scan_select_bytes_w256();
+        case 512: return ivfpq_scan_select_bytes_w512();
+        case 1024: return ivfpq_scan_select_bytes_w1024();
+        default: throw Error(GPUIVF_CUDA_INTERNAL, "no k-selection bucket %d", w);
+    }
+}
+
+bool ivfpq_scan_collects(int w) { return GPUIVF_SCAN_COLLECT && w >= kScanCollectMinW && w <= kScanCollectMaxW; }
+
 /* One warp per row once there are enough rows to give every multiprocessor
  * several blocks of four rows. */
 bool use_warp_rows(const Resources &res, int64_t rows) { return rows >= 16 * static_cast<int64_t>(res.sm_count); }
 
 namespace {
 
-/* Sorted runs a tree of warp merges takes (more, or longer, go to the
- * select kernel). */
-constexpr int kMergeRunsMax = 64;
-constexpr int kMergeRunLen = 64;
+/* Sorted runs merge_sorted_runs_kernel takes: the row's runs twice in
+ * shared memory. */
+constexpr int kMergeRunsThreads = 512;
+constexpr int kMergeRunsMax = 128;
+/* its static shared memory (len and bound below), with room to spare */
+constexpr size_t kMergeRunsStaticBytes = 2 * sizeof(int) * kMergeRunsMax + 64;
+
+/* Keys of run[0, n) below x (or at most x when or_equal), by bisection. */
+__device__ __forceinline__ int count_below(const Key *run, int n, Key x, bool or_equal) {
+    int lo = 0;
+    while (n > 0) {
+        const int half = n >> 1;
+        const Key v = run[lo + half];
+        if (v < x || (or_equal && v == x)) {
+            lo += half + 1;
+            n -= half + 1;
+        } else {
+            n = half;
+        }
+    }
+    return lo;
+}
 
 /*
- * The best keys of each row's sorted runs (the splits of a scan, at most 64
- * runs of at most 64 keys, ascending): one block per row, a warp per pair
- * of runs, then a tree of pair merges through shared memory (merge_runs64),
- * log2(runs) barriers.  The GPU worker's calls end in this step (32 probes'
- * runs of 40): the select kernel took ~9 µs of serial merging for it.  The
- * output is the select kernel's: the row's k best ascending, then
- * sentinels, out_count keys.
+ * The best keys of each row's sorted runs (the splits of a scan or of a long
+ * row, ascending, sentinels after the valid ones): one block per row, the
+ * runs in shared memory, merged in pairs level by level (log2(runs)
+ * barriers).  No key above the smallest k-th of the runs can be among the
+ * row's k best (that run alone has k keys at or below it), so each run is
+ * cut there first, and a merged run keeps its k best.  In a pair merge an
+ * element's place is its place in its own run plus, by bisection, the keys
+ * of the other run before it (ties to the first run, so places are
+ * distinct): every element of a level at once, no compare-exchange network.
+ * The GPU worker's calls end here (32 probes' runs of 200 candidates: the
+ * select kernel's queue merges took 38 µs for it).  The output is the
+ * select kernel's: the row's k best ascending, then sentinels, out_count
+ * keys.
  */
-__global__ void __launch_bounds__(kMergeRunsMax / 2 * 32) merge_sorted_runs_kernel(const Key *keys, int64_t ld, int runs,
-                                                                                  int run_len, const int32_t *row_k,
-                                                                                  int k, Key *out, int64_t out_ld,
-                                                                                  int out_count) {
-    __shared__ Key merged[kMergeRunsMax / 2][kMergeRunLen];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+__global__ void __launch_bounds__(kMergeRunsThreads) merge_sorted_runs_kernel(const Key *keys, int64_t ld, int runs,
+                                                                              int run_len, const int32_t *row_k,
+                                                                              int k, Key *out, int64_t out_ld,
+                                                                              int out_count) {
+    extern __shared__ Key merge_smem[];
+    __shared__ int len[2][kMergeRunsMax];
+    __shared__ Key bound;
+    const int total = runs * run_len;
+    Key *src = merge_smem, *dst = merge_smem + total; /* one level's runs, the next level's */
     const int64_t row = blockIdx.x;
+    int kr = row_k ? row_k[row] : k;
+    kr = kr < 1 ? 1 : (kr > k ? k : kr);
+    kr = kr > run_len ? run_len : kr;
+
     const Key *rp = keys + row * ld;
-    auto at = [&](int r, int e) { return r < runs && e < run_len ? rp[static_cast<int64_t>(r) * run_len + e] : kSentinelKey; };
-    Key v0, v1;
-    merge_runs64(at(2 * warp, lane), at(2 * warp, 32 + lane), at(2 * warp + 1, 63 - lane), at(2 * warp + 1, 31 - lane),
-                 v0, v1);
-    merged[warp][lane] = v0;
-    merged[warp][32 + lane] = v1;
+    for (int e = threadIdx.x; e < total; e += blockDim.x) src[e] = rp[e];
+    if (threadIdx.x == 0) bound = kSentinelKey;
     __syncthreads();
-    for (int n = warps; n > 1; n >>= 1) {
-        if (warp < n / 2) {
-            const Key *a = merged[2 * warp], *b = merged[2 * warp + 1];
-            merge_runs64(a[lane], a[32 + lane], b[63 - lane], b[31 - lane], v0, v1);
+    for (int r = threadIdx.x; r < runs; r += blockDim.x) atomicMin(&bound, src[r * run_len + kr - 1]);
+    __syncthreads();
+    /* each run cut at the bound (and before its sentinels) */
+    const Key limit = bound == kSentinelKey ? kSentinelKey - 1 : bound;
+    for (int r = threadIdx.x; r < runs; r += blockDim.x)
+        len[0][r] = min(kr, count_below(src + r * run_len, run_len, limit, true));
+    __syncthreads();
+
+    int cur = 0;
+    for (int n = runs; n > 1; n = (n + 1) / 2, cur ^= 1) {
+        for (int e = threadIdx.x; e < n * run_len; e += blockDim.x) {
+            const int r = e / run_len, i = e - r * run_len;
+            if (i >= len[cur][r]) continue;
+            const Key x = src[e];
+            const int p = r >> 1, o = r ^ 1;
+            const int place = o < n ? i + count_below(src + o * run_len, len[cur][o], x, o < r) : i;
+            if (place < kr) dst[p * run_len + place] = x;
         }
+        for (int p = threadIdx.x; p < (n + 1) / 2; p += blockDim.x)
+            len[cur ^ 1][p] = min(kr, len[cur][2 * p] + (2 * p + 1 < n ? len[cur][2 * p + 1] : 0));
         __syncthreads();
-        if (warp < n / 2) {
-            merged[warp][lane] = v0;
-            merged[warp][32 + lane] = v1;
-        }
-        __syncthreads();
+        Key *t = src;
+        src = dst;
+        dst = t;
     }
-    if (warp == 0) {
-        int kr = row_k ? row_k[row] : k;
-        kr = kr < 1 ? 1 : (kr > kMergeRunLen ? kMergeRunLen : kr);
-        for (int e = lane; e < out_count; e += 32) out[row * out_ld + e] = e < kr ? merged[0][e] : kSentinelKey;
-    }
+    const int kept = runs > 0 ? min(len[cur][0], out_count) : 0;
+    for (int e = threadIdx.x; e < out_count; e += blockDim.x) out[row * out_ld + e] = e < kept ? src[e] : kSentinelKey;
 }
 
 __global__ void keys_to_results_kernel(const Key *keys, int64_t key_ld, int64_t rows, int k, int negate,
@@ -147,15 +198,23 @@ void keys_to_results(Resources &res, const Key *keys, int64_t key_ld, int64_t ro
 void select_keys(Resources &res, const Key *keys, int64_t rows, int64_t cols, int64_t ld, const int32_t *row_k,
                  int k, Key *out, int64_t out_ld, int out_count, int run_len) {
     if (rows <= 0) return;
-    if (run_len > 0 && run_len <= kMergeRunLen && cols % run_len == 0 && cols / run_len <= kMergeRunsMax &&
-        k <= kMergeRunLen && out_count <= kMergeRunLen && ld >= cols) {
-        const int runs = static_cast<int>(cols / run_len);
-        int warps = 1;
-        while (2 * warps < runs) warps *= 2;
-        merge_sorted_runs_kernel<<<static_cast<unsigned>(rows), 32 * warps, 0, res.stream>>>(
-            keys, ld, runs, run_len, row_k, k, out, out_ld, out_count);
-        GPUIVF_CUDA_CHECK_LAUNCH();
-        return;
+    if (run_len > 0 && cols % run_len == 0 && cols / run_len <= kMergeRunsMax && ld >= cols) {
+        /* The kernel's limit is set to all the shared memory a block can
+         * have, never to this call's size: a recorded search (a CUDA graph)
+         * replays its launch later, after calls of other sizes. */
+        const size_t smem = 2 * sizeof(Key) * static_cast<size_t>(cols);
+        const size_t smem_max = res.smem_optin - kMergeRunsStaticBytes;
+        if (smem <= smem_max) {
+            /* static + dynamic: past 48 KB only with the limit raised */
+            if (smem + kMergeRunsStaticBytes > 48 * 1024)
+                GPUIVF_CUDA_TRY(cudaFuncSetAttribute(merge_sorted_runs_kernel,
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     static_cast<int>(smem_max)));
+            merge_sorted_runs_kernel<<<static_cast<unsigned>(rows), kMergeRunsThreads, smem, res.stream>>>(
+                keys, ld, static_cast<int>(cols / run_len), run_len, row_k, k, out, out_ld, out_count);
+            GPUIVF_CUDA_CHECK_LAUNCH();
+            return;
+        }
     }
     SelectRowsArgs a;
     a.run_len = run_len;

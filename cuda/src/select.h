@@ -82,6 +82,19 @@ struct IvfPqScanArgs {
 constexpr int kSelectRowsThreads = 128;
 constexpr int kScanThreads = 256;
 
+/* ivfpq_scan.cuh selects the k-buckets kScanCollectMinW..kScanCollectMaxW
+ * by collecting keys (up to kScanCollectCapacity before a cut) instead of
+ * WarpSelect; A/B knob GPUIVF_SCAN_COLLECT=0 for WarpSelect everywhere.
+ * Small k stays with WarpSelect: its running k-th forms within a warp's
+ * first codes (k = 10 per-list search of 10k queries: 10.9 ms WarpSelect,
+ * 11.5 ms collecting). */
+#ifndef GPUIVF_SCAN_COLLECT
+#define GPUIVF_SCAN_COLLECT 1
+#endif
+constexpr int kScanCollectMinW = 128;
+constexpr int kScanCollectMaxW = 256;
+constexpr int kScanCollectCapacity = 2048;
+
 /* Launch one bucket (w = 32 ... 1024); grid as documented above. */
 void launch_select_rows(int w, const SelectRowsArgs &a, int splits, cudaStream_t stream);
 void launch_ivfpq_scan(int w, const IvfPqScanArgs &a, size_t smem_bytes, cudaStream_t stream);
@@ -90,6 +103,11 @@ void launch_ivfpq_scan(int w, const IvfPqScanArgs &a, size_t smem_bytes, cudaStr
  * arrays, then the larger of the look-up table and the final queue merge. */
 size_t ivfpq_scan_queue_bytes(int w);
 size_t ivfpq_scan_merge_bytes(int w);
+/* ivfpq_scan.cuh's kernel (not scan8): its selection's bytes (thread queues,
+ * or collected keys), and whether it collects (then it needs no merge
+ * area after the table). */
+size_t ivfpq_scan_select_bytes(int w);
+bool ivfpq_scan_collects(int w);
 
 /* ivfpq_scan8.cuh: bytes of one table slab (256 code values x 64
  * sub-quantizers), and the kernel's dynamic shared memory (queue_bytes: its
@@ -127,7 +145,8 @@ bool use_warp_rows(const Resources &res, int64_t rows);
 #define GPUIVF_DECLARE_BUCKET(W)                                                                   \
     void launch_select_rows_w##W(const SelectRowsArgs &a, int splits, cudaStream_t stream);        \
     void launch_ivfpq_scan_w##W(const IvfPqScanArgs &a, size_t smem_bytes, cudaStream_t stream);       \
-    size_t ivfpq_scan_queue_bytes_w##W();
+    size_t ivfpq_scan_queue_bytes_w##W();                                                               \
+    size_t ivfpq_scan_select_bytes_w##W();
 GPUIVF_DECLARE_BUCKET(32)
 GPUIVF_DECLARE_BUCKET(64)
 GPUIVF_DECLARE_BUCKET(128)

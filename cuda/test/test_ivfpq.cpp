@@ -249,6 +249,25 @@ TEST(IvfPq, PerQueryKAndNprobe) {
     compare_search(cpu, g.ix, q, {120, 40, 150, GPUIVF_CUDA_LUT_PER_LIST}, true, &qk, &qnp);
 }
 
+// Lists longer than the scan's collect buffer (ivfpq_scan.cuh: 2,048 keys,
+// cut to the k best when a step might overflow it), one list a block, for
+// the k-buckets that collect (k 100, 256 and the GPU worker's 200
+// candidates) and one that does not (10), then the merge of the split runs:
+// the CPU's bits.
+TEST(IvfPq, CollectCutsLongLists) {
+    REQUIRE_GPU();
+    const int d = 16;
+    gt::CpuIvfPq cpu;
+    cpu.train(Metric::L2, gt::clustered_vectors(9001, d, 3, 33), d, 2, 4, 8);
+    GpuIndex g;
+    load(cpu, true, &g);
+    const std::vector<float> q = gt::clustered_vectors(40, d, 3, 34);
+    compare_search(cpu, g.ix, q, {10, 2, 0, GPUIVF_CUDA_LUT_PER_LIST}, true);
+    compare_search(cpu, g.ix, q, {100, 2, 0, GPUIVF_CUDA_LUT_PER_LIST}, true);
+    compare_search(cpu, g.ix, q, {10, 2, 200, GPUIVF_CUDA_LUT_PER_LIST}, true);
+    compare_search(cpu, g.ix, q, {256, 1, 0, GPUIVF_CUDA_LUT_PER_LIST}, true);
+}
+
 // Two searches in flight at once on two resources objects (the GPU worker's
 // search streams), on the same index, with host arrays: each gives the
 // synchronous search's bits; one search at a time per resources object.

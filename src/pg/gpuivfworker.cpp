@@ -209,7 +209,7 @@ GpuivfWorkerInit(void)
     DefineCustomIntVariable("gpuivf.search_streams",
                             "Searches each GPU worker keeps running on the GPU at once.",
                             "With more than one, the worker prepares and starts the next batch while the GPU still searches the previous ones.",
-                            &gpuivf_search_streams, 4, 1, 4, PGC_POSTMASTER, 0,
+                            &gpuivf_search_streams, 4, 1, 8, PGC_POSTMASTER, 0,
                             NULL, NULL, NULL);
     DefineCustomBoolVariable("gpuivf.wake_thread",
                              "Whether a second thread of each GPU worker wakes the backends it answered.",

@@ -393,7 +393,7 @@ echo "recall@10 (GPU)      nprobe $PROBES: $RECALL   nprobe 32: $RECALL32"
 echo "insert then query    first id $FRESH (want -1); refreshes $r0 -> $r1"
 echo "kill -9 worker       clients: ${KILL_ERR:-no error seen}; new worker ${newstate:-none}; then GPU answer: $AFTER"
 echo "workers              $PER_WORKER"
-echo "sharded (SHARDS)     $SHARD_SUMMARY"
+echo "sharded (SHARDS)     ${SHARD_SUMMARY:-not run (set SHARDS=2)}"
 echo "pgbench (device clients tps p50/p99 ms, batch = mean queries per GPU call):"
 sed 's/^/  /' "$W/bench.txt"
 grep -E "gpuivf gpu worker" "$W/server.log" | grep -vE "statement:|DEBUG" | head -8
