@@ -31,7 +31,7 @@ our @EXPORT = qw(
   read_fvecs read_ivecs vec_literal knn_ids recall_at index_info index_lists list_sizes
   exact_settings assert_index_scan shared_data_dir start_pgbench finish_pgbench
   metric_operator metric_opclass count_via_index poll_until fake_gpu_engine fake_gpu_node worker_stat
-  grouped_items_sql
+  grouped_items_sql worker_knn_pgbench
 );
 
 # The repository root: this file is test/perl/GpuivfTest.pm.
@@ -447,6 +447,30 @@ sub finish_pgbench
 	my ($h) = @_;
 	$h->{run}->finish;
 	return ($h->{run}->result(0), $h->{out}, $h->{err});
+}
+
+# Eight pgbench clients for 3 s through the GPU worker, each statement the
+# 5 nearest rows of table items to a random row (ids 1 .. $rows) at $probes
+# probes; returns pgbench's exit status and stderr, and the queries and
+# batches gpuivf_stat counted meanwhile.
+sub worker_knn_pgbench
+{
+	my ($node, $rows, $probes) = @_;
+	my $counts = sub {
+		return split /\|/, $node->safe_psql('postgres', 'SELECT queries, batches FROM gpuivf_stat');
+	};
+	my ($q0, $b0) = $counts->();
+	my $bench = start_pgbench(
+		$node, '-c 8 -j 4 -T 3',
+		{ knn => qq{\\set id random(1, $rows)
+SET gpuivf.device = gpu;
+SET gpuivf.probes = $probes;
+SET enable_seqscan = off;
+SELECT id FROM items ORDER BY v <-> (SELECT v FROM items WHERE id = :id LIMIT 1) LIMIT 5;
+} });
+	my ($rc, $out, $err) = finish_pgbench($bench);
+	my ($q1, $b1) = $counts->();
+	return ($rc, $err, $q1 - $q0, $b1 - $b0);
 }
 
 1;

@@ -232,20 +232,11 @@ unlike($gpu, qr/(^|,)(3|6|999|2499|4242):/, 'deleted rows are not returned');
 
 # ---------------------------------------------------------- batching
 set_delay(20);
-my ($q0, $b0) = split /\|/, $node->safe_psql('postgres', 'SELECT queries, batches FROM gpuivf_stat');
-my $bench = start_pgbench(
-	$node, '-c 8 -j 4 -T 3',
-	{ knn => q{\set id random(1, 5000)
-SET gpuivf.device = gpu;
-SET gpuivf.probes = 6;
-SET enable_seqscan = off;
-SELECT id FROM items ORDER BY v <-> (SELECT v FROM items WHERE id = :id LIMIT 1) LIMIT 5;
-} });
-($rc, $out, $err) = finish_pgbench($bench);
+my ($queries, $batches);
+($rc, $err, $queries, $batches) = worker_knn_pgbench($node, 5000, 6);
 is($rc, 0, 'pgbench with 8 clients on the GPU worker succeeds') or diag $err;
 set_delay(0);
-my ($q1, $b1) = split /\|/, $node->safe_psql('postgres', 'SELECT queries, batches FROM gpuivf_stat');
-my $mean = ($b1 > $b0) ? ($q1 - $q0) / ($b1 - $b0) : 0;
+my $mean = $batches > 0 ? $queries / $batches : 0;
 cmp_ok($mean, '>', 1.5, sprintf('8 concurrent clients are batched (mean batch size %.2f)', $mean));
 note 'gpuivf_stat: ' . $node->safe_psql('postgres',
 	'SELECT requests, queries, batches, round(mean_batch_size::numeric, 2), max_batch_size, round(mean_queue_wait_ms::numeric, 3) FROM gpuivf_stat');

@@ -55,21 +55,11 @@ sub answers
 my $cpu = answers('cpu');
 is(answers('gpu'), $cpu, 'answers through the worker equal the CPU answers');
 
-my ($q0, $b0) = split /\|/, $node->safe_psql('postgres', 'SELECT queries, batches FROM gpuivf_stat');
-my $bench = start_pgbench(
-	$node, '-c 8 -j 4 -T 3',
-	{ knn => q{\set id random(1, 3000)
-SET gpuivf.device = gpu;
-SET gpuivf.probes = 5;
-SET enable_seqscan = off;
-SELECT id FROM items ORDER BY v <-> (SELECT v FROM items WHERE id = :id LIMIT 1) LIMIT 5;
-} });
-my ($rc, $out, $err) = finish_pgbench($bench);
+my ($rc, $err, $queries, $batches) = worker_knn_pgbench($node, 3000, 5);
 is($rc, 0, '8 concurrent clients are all answered') or diag $err;
 unlike($err, qr/ERROR|aborted/, 'no statement failed');
-my ($q1, $b1) = split /\|/, $node->safe_psql('postgres', 'SELECT queries, batches FROM gpuivf_stat');
-cmp_ok($q1 - $q0, '>', 100, 'the worker answered the workload') or note "queries $q0 -> $q1";
-note sprintf('mean batch %.2f', ($b1 > $b0) ? ($q1 - $q0) / ($b1 - $b0) : 0);
+cmp_ok($queries, '>', 100, 'the worker answered the workload') or note "queries $queries";
+note sprintf('mean batch %.2f', $batches > 0 ? $queries / $batches : 0);
 
 $node->append_conf('postgresql.conf', "gpuivf.wake_thread = off\n");
 $node->restart;
