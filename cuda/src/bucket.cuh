@@ -22,9 +22,6 @@
     size_t ivfpq_scan_queue_bytes_w##W() {                                                               \
         return sizeof(Key) * (kScanThreads / 32) * WarpSelect<W, ScanQueueLength<W>::value>::kSmemKeys;  \
     }                                                                                                    \
-    size_t ivfpq_scan_select_bytes_w##W() {                                                              \
-        return ivfpq_scan_select_bytes<W, ScanQueueLength<W>::value, kScanThreads>();                    \
-    }                                                                                                    \
     void launch_ivfpq_scan_w##W(const IvfPqScanArgs &a, size_t smem_bytes, cudaStream_t stream) {       \
         constexpr int kT = ScanQueueLength<W>::value;                                                    \
         auto kernel = a.scan8 ? ivfpq_scan8_kernel<W, kT, kScanThreads, 1>                               \

@@ -215,9 +215,8 @@ __device__ __forceinline__ void build_list_lut(const IvfPqScanArgs &a, const flo
 #endif
 template <int W>
 struct ScanMinBlocks {
-    static constexpr int value = (GPUIVF_SCAN_COLLECT && W >= kScanCollectMinW && W <= kScanCollectMaxW)
-                                     ? GPUIVF_SCAN_COLLECT_MINBLOCKS
-                                     : (W <= 64 ? 4 : (W <= 256 ? GPUIVF_SCAN_MINBLOCKS_256 : 1));
+    static constexpr int value = ivfpq_scan_collects(W) ? GPUIVF_SCAN_COLLECT_MINBLOCKS
+                                                        : (W <= 64 ? 4 : (W <= 256 ? GPUIVF_SCAN_MINBLOCKS_256 : 1));
 };
 
 /* Thread-queue slots per lane in the scan (shared memory is shared with the
@@ -231,9 +230,9 @@ struct ScanQueueLength {
  * Collect-then-select (k-buckets kScanCollectMinW..kScanCollectMaxW): the
  * block appends every code whose key beats its running bound to one shared
  * buffer, and when the buffer could overflow, and at the end, cuts it to
- * its k best: the k-th
- * key by bisection over the key range (block-wide counts, one barrier a
- * step), then the keys at or below it.  Why: a block of the GPU worker's
+ * its k best: the k-th key by bisection over the key range (block-wide
+ * counts, one barrier a step), then the keys at or below it.  Why: a block
+ * of the GPU worker's
  * scan sees one list (~1,000 codes) for a query that keeps 200 candidates,
  * so each warp's WarpSelect queue never filled, never had a threshold, and
  * took every code through its thread queue, bitonic merges and the block
@@ -241,16 +240,13 @@ struct ScanQueueLength {
  * throughput at 200 candidates).  The result is the same: the k best keys,
  * ascending.
  */
-template <int W>
-struct ScanCollects {
-    static constexpr bool value = GPUIVF_SCAN_COLLECT && W >= kScanCollectMinW && W <= kScanCollectMaxW;
-};
 
-/* Dynamic shared memory of the scan's selection: the warps' thread queues,
- * or the collected keys and a cut's k best. */
+/* Dynamic shared memory of the scan's selection (the host's
+ * ivfpq_scan_select_bytes): the warps' thread queues, or the collected keys
+ * and a cut's k best. */
 template <int W, int T, int kThreads>
-__host__ __device__ constexpr size_t ivfpq_scan_select_bytes() {
-    return ScanCollects<W>::value ? sizeof(Key) * (kScanCollectCapacity + W)
+constexpr size_t ivfpq_scan_select_bytes() {
+    return ivfpq_scan_collects(W) ? ivfpq_scan_collect_bytes(W)
                                   : sizeof(Key) * (kThreads / 32) * WarpSelect<W, T>::kSmemKeys;
 }
 
@@ -353,7 +349,7 @@ __device__ void collect_cut(const Key *buf, int n, int k, Key *out, CollectShare
 template <int W, int T, int kThreads>
 __global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_kernel(const IvfPqScanArgs a) {
     constexpr int kWarps = kThreads / 32;
-    constexpr bool kCollect = ScanCollects<W>::value;
+    constexpr bool kCollect = ivfpq_scan_collects(W);
     using WS = WarpSelect<W, T>;
     extern __shared__ __align__(16) unsigned char scan_smem[];
     __shared__ Key block_threshold;

@@ -49,20 +49,6 @@ size_t ivfpq_scan_queue_bytes(int w) {
     }
 }
 
-size_t ivfpq_scan_select_bytes(int w) {
-    switch (w) {
-        case 32: return ivfpq_scan_select_bytes_w32();
-        case 64: return ivfpq_scan_select_bytes_w64();
-        case 128: return ivfpq_scan_select_bytes_w128();
-        case 256: return ivfpq_scan_select_bytes_w256();
-        case 512: return ivfpq_scan_select_bytes_w512();
-        case 1024: return ivfpq_scan_select_bytes_w1024();
-        default: throw Error(GPUIVF_CUDA_INTERNAL, "no k-selection bucket %d", w);
-    }
-}
-
-bool ivfpq_scan_collects(int w) { return GPUIVF_SCAN_COLLECT && w >= kScanCollectMinW && w <= kScanCollectMaxW; }
-
 /* One warp per row once there are enough rows to give every multiprocessor
  * several blocks of four rows. */
 bool use_warp_rows(const Resources &res, int64_t rows) { return rows >= 16 * static_cast<int64_t>(res.sm_count); }

@@ -94,6 +94,11 @@ constexpr int kScanThreads = 256;
 constexpr int kScanCollectMinW = 128;
 constexpr int kScanCollectMaxW = 256;
 constexpr int kScanCollectCapacity = 2048;
+constexpr bool ivfpq_scan_collects(int w) {
+    return GPUIVF_SCAN_COLLECT && w >= kScanCollectMinW && w <= kScanCollectMaxW;
+}
+/* its shared memory: the collected keys, then a cut's k best */
+constexpr size_t ivfpq_scan_collect_bytes(int w) { return sizeof(Key) * (kScanCollectCapacity + w); }
 
 /* Launch one bucket (w = 32 ... 1024); grid as documented above. */
 void launch_select_rows(int w, const SelectRowsArgs &a, int splits, cudaStream_t stream);
@@ -103,11 +108,12 @@ void launch_ivfpq_scan(int w, const IvfPqScanArgs &a, size_t smem_bytes, cudaStr
  * arrays, then the larger of the look-up table and the final queue merge. */
 size_t ivfpq_scan_queue_bytes(int w);
 size_t ivfpq_scan_merge_bytes(int w);
-/* ivfpq_scan.cuh's kernel (not scan8): its selection's bytes (thread queues,
- * or collected keys), and whether it collects (then it needs no merge
- * area after the table). */
-size_t ivfpq_scan_select_bytes(int w);
-bool ivfpq_scan_collects(int w);
+/* ivfpq_scan.cuh's kernel (not scan8): its selection's bytes (thread
+ * queues, or collected keys; when it collects it needs no merge area after
+ * the table). */
+inline size_t ivfpq_scan_select_bytes(int w) {
+    return ivfpq_scan_collects(w) ? ivfpq_scan_collect_bytes(w) : ivfpq_scan_queue_bytes(w);
+}
 
 /* ivfpq_scan8.cuh: bytes of one table slab (256 code values x 64
  * sub-quantizers), and the kernel's dynamic shared memory (queue_bytes: its
@@ -145,8 +151,7 @@ bool use_warp_rows(const Resources &res, int64_t rows);
 #define GPUIVF_DECLARE_BUCKET(W)                                                                   \
     void launch_select_rows_w##W(const SelectRowsArgs &a, int splits, cudaStream_t stream);        \
     void launch_ivfpq_scan_w##W(const IvfPqScanArgs &a, size_t smem_bytes, cudaStream_t stream);       \
-    size_t ivfpq_scan_queue_bytes_w##W();                                                               \
-    size_t ivfpq_scan_select_bytes_w##W();
+    size_t ivfpq_scan_queue_bytes_w##W();
 GPUIVF_DECLARE_BUCKET(32)
 GPUIVF_DECLARE_BUCKET(64)
 GPUIVF_DECLARE_BUCKET(128)
