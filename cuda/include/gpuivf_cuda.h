@@ -278,6 +278,10 @@ typedef struct gpuivf_cuda_search_params {
     int32_t lut_mode;          /* GPUIVF_CUDA_LUT_* */
     const int32_t *query_k;      /* optional, nq values: per-query k (<= k) */
     const int32_t *query_nprobe; /* optional, nq values: per-query nprobe (<= nprobe) */
+    int32_t host_arrays;       /* 1: the caller promises that queries, outputs and the
+                                  per-query arrays are host memory (the engine then skips
+                                  asking the driver about each pointer: ~5 driver calls
+                                  of a small search's host time); 0: any memory */
 } gpuivf_cuda_search_params;
 
 /*

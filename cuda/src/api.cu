@@ -502,6 +502,14 @@ gpuivf_cuda_status index_search_call(gpuivf_cuda_resources *res, gpuivf_cuda_ind
     if (nq == 0) return ok_status();
     GPUIVF_REQUIRE(queries && out_distances && out_ids, "search arrays must not be null");
 
+    /* host arrays: promised by the caller, or asked of the driver */
+    const bool host = p.host_arrays != 0;
+    auto copy_in = [&](int32_t *dst, const int32_t *src) {
+        if (host)
+            std::memcpy(dst, src, sizeof(int32_t) * static_cast<size_t>(nq));
+        else
+            copy_in_host(r, dst, src, nq);
+    };
     std::vector<int32_t> qk, qnp;
     SearchParams sp;
     sp.k = p.k;
@@ -510,13 +518,13 @@ gpuivf_cuda_status index_search_call(gpuivf_cuda_resources *res, gpuivf_cuda_ind
     sp.lut_mode = p.lut_mode;
     if (p.query_k) {
         qk.resize(static_cast<size_t>(nq));
-        copy_in_host(r, qk.data(), p.query_k, nq);
+        copy_in(qk.data(), p.query_k);
         for (int32_t v : qk) GPUIVF_REQUIRE(v >= 1 && v <= p.k, "per-query k %d is out of range 1..%d", v, p.k);
         sp.query_k = qk.data();
     }
     if (p.query_nprobe) {
         qnp.resize(static_cast<size_t>(nq));
-        copy_in_host(r, qnp.data(), p.query_nprobe, nq);
+        copy_in(qnp.data(), p.query_nprobe);
         for (int32_t v : qnp)
             GPUIVF_REQUIRE(v >= 1 && v <= p.nprobe, "per-query nprobe %d is out of range 1..%d", v, p.nprobe);
         sp.query_nprobe = qnp.data();
@@ -524,7 +532,7 @@ gpuivf_cuda_status index_search_call(gpuivf_cuda_resources *res, gpuivf_cuda_ind
     /* from host arrays: a recorded graph of the whole search when it can */
     double *pinned_d = nullptr;
     uint64_t *pinned_i = nullptr;
-    if (!is_device_pointer(queries) && !is_device_pointer(out_distances) && !is_device_pointer(out_ids) &&
+    if ((host || (!is_device_pointer(queries) && !is_device_pointer(out_distances) && !is_device_pointer(out_ids))) &&
         search_recorded(r, *index, queries, nq, sp, &pinned_d, &pinned_i)) {
         const size_t nd = sizeof(double) * static_cast<size_t>(nq) * p.k;
         const size_t ni = sizeof(uint64_t) * static_cast<size_t>(nq) * p.k;

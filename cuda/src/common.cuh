@@ -123,6 +123,16 @@ __host__ __device__ __forceinline__ Key make_key(float score, uint32_t index) {
 }
 __host__ __device__ __forceinline__ float key_score(Key k) { return ordered_to_float(static_cast<uint32_t>(k >> 32)); }
 __host__ __device__ __forceinline__ uint32_t key_index(Key k) { return static_cast<uint32_t>(k); }
+constexpr unsigned kFullMask = 0xffffffffu;
+
+/* Ask L2 for the 128-byte lines of bytes [p, p + bytes). */
+__device__ __forceinline__ void prefetch_l2(const void *p, size_t bytes) {
+    const uintptr_t end = reinterpret_cast<uintptr_t>(p) + bytes;
+    for (uintptr_t line = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(127); line < end; line += 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+}
+__device__ __forceinline__ Key key_min(Key a, Key b) { return a < b ? a : b; }
+__device__ __forceinline__ Key key_max(Key a, Key b) { return a < b ? b : a; }
 
 /* -------------------------------------- src/core's arithmetic, on the GPU */
 
@@ -197,47 +207,44 @@ __device__ __forceinline__ float core_lane_sum(float acc) {
     return acc;
 }
 
-/* Lane l's partial sums of |a-b|^2 over elements l, l+16, ... */
-/* Four elements' loads are issued before their adds (the adds stay in
- * order): the loop is latency-bound otherwise, one memory round trip per
- * 16 elements. */
-__device__ __forceinline__ float core_l2_partial(const float *a, const float *b, int d, int l) {
-    float acc = 0.0f;
-    int i = l;
-    for (; i + 3 * kCoreLanes < d; i += 4 * kCoreLanes) {
-        float x[4], y[4];
+/* Lane l's partial sums over elements l, l+16, ... in order.  The loads of
+ * U elements are issued before their adds (the adds stay in order): the loop
+ * is latency-bound otherwise, one memory round trip per 16 elements.  Eight
+ * at a time, then four, then one: a 128-float vector is one round trip. */
+template <int U, typename Step>
+__device__ __forceinline__ void core_partial_steps(const float *a, const float *b, int d, int &i, float &acc,
+                                                   Step step) {
+    for (; i + (U - 1) * kCoreLanes < d; i += U * kCoreLanes) {
+        float x[U], y[U];
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
+        for (int u = 0; u < U; u++) {
             x[u] = a[i + u * kCoreLanes];
             y[u] = b[i + u * kCoreLanes];
         }
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const float diff = __fsub_rn(x[u], y[u]);
-            acc = __fadd_rn(acc, __fmul_rn(diff, diff));
-        }
+        for (int u = 0; u < U; u++) acc = step(acc, x[u], y[u]);
     }
-    for (; i < d; i += kCoreLanes) {
-        const float diff = __fsub_rn(a[i], b[i]);
-        acc = __fadd_rn(acc, __fmul_rn(diff, diff));
-    }
+}
+
+template <typename Step>
+__device__ __forceinline__ float core_partial(const float *a, const float *b, int d, int l, Step step) {
+    float acc = 0.0f;
+    int i = l;
+    core_partial_steps<8>(a, b, d, i, acc, step);
+    core_partial_steps<4>(a, b, d, i, acc, step);
+    core_partial_steps<1>(a, b, d, i, acc, step);
     return acc;
 }
+
+/* Lane l's partial sums of |a-b|^2 over elements l, l+16, ... */
+__device__ __forceinline__ float core_l2_partial(const float *a, const float *b, int d, int l) {
+    return core_partial(a, b, d, l, [](float acc, float x, float y) {
+        const float diff = __fsub_rn(x, y);
+        return __fadd_rn(acc, __fmul_rn(diff, diff));
+    });
+}
 __device__ __forceinline__ float core_dot_partial(const float *a, const float *b, int d, int l) {
-    float acc = 0.0f;
-    int i = l;
-    for (; i + 3 * kCoreLanes < d; i += 4 * kCoreLanes) {
-        float x[4], y[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            x[u] = a[i + u * kCoreLanes];
-            y[u] = b[i + u * kCoreLanes];
-        }
-#pragma unroll
-        for (int u = 0; u < 4; u++) acc = __fadd_rn(acc, __fmul_rn(x[u], y[u]));
-    }
-    for (; i < d; i += kCoreLanes) acc = __fadd_rn(acc, __fmul_rn(a[i], b[i]));
-    return acc;
+    return core_partial(a, b, d, l, [](float acc, float x, float y) { return __fadd_rn(acc, __fmul_rn(x, y)); });
 }
 
 /* The SQL distances of src/core (distance.cpp) from core-order float sums. */

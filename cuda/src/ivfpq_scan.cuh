@@ -34,47 +34,61 @@
 #ifndef GPUIVF_CUDA_IVFPQ_SCAN_CUH
 #define GPUIVF_CUDA_IVFPQ_SCAN_CUH
 
+#ifdef GPUIVF_SCAN_PHASE_CLOCKS
+#include <cstdio>
+#endif
+
+#include "block_kth.cuh"
 #include "select.h"
 #include "warp_select.cuh"
 
 namespace gpuivf_cuda {
 
-/* ADC sum of one 8-bit code (chunks of 16 sub-quantizers).  src/core sums
- * groups of eight with s[j % 4] and the last m % 8 into s0. */
-__device__ __forceinline__ float adc_sum_8bit(const uint4 *cp, const float *lut, int chunks, int m) {
-    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+/* Sum of chunk c (16 sub-quantizers) of an 8-bit code into s0..s3.  src/core
+ * sums groups of eight with s[j % 4] and the last m % 8 into s0. */
+__device__ __forceinline__ void adc_chunk_8bit(const uint4 w, const float *lut, int c, int m, float &s0, float &s1,
+                                               float &s2, float &s3) {
     const int m8 = m & ~7;
-    for (int c = 0; c < chunks; ++c) {
-        const uint4 w = __ldg(cp + c * 32);
-        const float *lc = lut + c * (16 * 256);
-        const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-        if ((c + 1) * 16 <= m8) {
+    const float *lc = lut + c * (16 * 256);
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+    if ((c + 1) * 16 <= m8) {
 #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const uint32_t x = words[q];
-                s0 += lc[(4 * q + 0) * 256 + (x & 0xffu)];
-                s1 += lc[(4 * q + 1) * 256 + ((x >> 8) & 0xffu)];
-                s2 += lc[(4 * q + 2) * 256 + ((x >> 16) & 0xffu)];
-                s3 += lc[(4 * q + 3) * 256 + (x >> 24)];
-            }
-        } else {
+        for (int q = 0; q < 4; ++q) {
+            const uint32_t x = words[q];
+            s0 += lc[(4 * q + 0) * 256 + (x & 0xffu)];
+            s1 += lc[(4 * q + 1) * 256 + ((x >> 8) & 0xffu)];
+            s2 += lc[(4 * q + 2) * 256 + ((x >> 16) & 0xffu)];
+            s3 += lc[(4 * q + 3) * 256 + (x >> 24)];
+        }
+    } else {
 #pragma unroll
-            for (int b = 0; b < 16; ++b) {
-                const int j = c * 16 + b;
-                if (j < m) {
-                    const float v = lc[b * 256 + ((words[b >> 2] >> (8 * (b & 3))) & 0xffu)];
-                    if (j >= m8 || (b & 3) == 0)
-                        s0 += v;
-                    else if ((b & 3) == 1)
-                        s1 += v;
-                    else if ((b & 3) == 2)
-                        s2 += v;
-                    else
-                        s3 += v;
-                }
+        for (int b = 0; b < 16; ++b) {
+            const int j = c * 16 + b;
+            if (j < m) {
+                const float v = lc[b * 256 + ((words[b >> 2] >> (8 * (b & 3))) & 0xffu)];
+                if (j >= m8 || (b & 3) == 0)
+                    s0 += v;
+                else if ((b & 3) == 1)
+                    s1 += v;
+                else if ((b & 3) == 2)
+                    s2 += v;
+                else
+                    s3 += v;
             }
         }
     }
+}
+
+/* ADC sum of one 8-bit code (chunks of 16 sub-quantizers), in src/core's
+ * order.  The first two chunks (m <= 32: the whole code) are loaded before
+ * either is summed: one memory round trip a code instead of one a chunk. */
+__device__ __forceinline__ float adc_sum_8bit(const uint4 *cp, const float *lut, int chunks, int m) {
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+    const uint4 w0 = __ldg(cp);
+    const uint4 w1 = chunks > 1 ? __ldg(cp + 32) : make_uint4(0, 0, 0, 0);
+    adc_chunk_8bit(w0, lut, 0, m, s0, s1, s2, s3);
+    if (chunks > 1) adc_chunk_8bit(w1, lut, 1, m, s0, s1, s2, s3);
+    for (int c = 2; c < chunks; ++c) adc_chunk_8bit(__ldg(cp + c * 32), lut, c, m, s0, s1, s2, s3);
     return (s0 + s1) + (s2 + s3);
 }
 
@@ -213,6 +227,24 @@ __device__ __forceinline__ void build_list_lut(const IvfPqScanArgs &a, const flo
 #ifndef GPUIVF_SCAN_COLLECT_MINBLOCKS
 #define GPUIVF_SCAN_COLLECT_MINBLOCKS 4
 #endif
+/* Measurement knob (NOTES.md): GPUIVF_SCAN_PHASE_CLOCKS prints, for block
+ * (0, 0) of every collect scan, the cycles from its start to the end of the
+ * prologue, of the table build, of the scan loop, of the final cut and of
+ * the output. */
+#ifdef GPUIVF_SCAN_PHASE_CLOCKS
+#define GPUIVF_SCAN_CLOCK_START() long long scan_clock[6] = {clock64(), 0, 0, 0, 0, 0}
+#define GPUIVF_SCAN_CLOCK(i) (scan_clock[(i) + 1] = clock64())
+#define GPUIVF_SCAN_CLOCK_PRINT()                                                                                  \
+    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)                                                    \
+    printf("scan_phase_clocks %lld %lld %lld %lld %lld\n", scan_clock[1] - scan_clock[0],                        \
+           scan_clock[2] - scan_clock[1], scan_clock[3] - scan_clock[2], scan_clock[4] - scan_clock[3],             \
+           scan_clock[5] - scan_clock[4])
+#else
+#define GPUIVF_SCAN_CLOCK_START() (void)0
+#define GPUIVF_SCAN_CLOCK(i) (void)0
+#define GPUIVF_SCAN_CLOCK_PRINT() (void)0
+#endif
+
 template <int W>
 struct ScanMinBlocks {
     static constexpr int value = ivfpq_scan_collects(W) ? GPUIVF_SCAN_COLLECT_MINBLOCKS
@@ -259,88 +291,28 @@ struct CollectShared {
     int added[3];
     int kept;             /* keys gathered by a cut */
     Key bound;            /* a key at or above the k-th best so far */
-    int counts[2][kWarps];
-    Key lo[kWarps], hi[kWarps];
+    KthShared kth;
 };
-
-/* The k-th smallest of keys[0, n) (1 <= k <= n, keys distinct), or a key
- * with exactly k keys at or below it; block-wide, every thread gets it. */
-template <int kWarps>
-__device__ Key block_kth_key(const Key *keys, int n, int k, CollectShared<kWarps> &cs) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    Key lo = kSentinelKey, hi = 0;
-    for (int i = threadIdx.x; i < n; i += kWarps * 32) {
-        lo = key_min(lo, keys[i]);
-        hi = key_max(hi, keys[i]);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        lo = key_min(lo, __shfl_xor_sync(kFullMask, lo, o));
-        hi = key_max(hi, __shfl_xor_sync(kFullMask, hi, o));
-    }
-    if (lane == 0) {
-        cs.lo[warp] = lo;
-        cs.hi[warp] = hi;
-    }
-    __syncthreads();
-    lo = cs.lo[0];
-    hi = cs.hi[0];
-    for (int w = 1; w < kWarps; ++w) {
-        lo = key_min(lo, cs.lo[w]);
-        hi = key_max(hi, cs.hi[w]);
-    }
-    /* the k-th key lies in [lo, hi]; halve the range until it is found or
-     * a midpoint has exactly k keys at or below it */
-    for (int it = 0; lo < hi; ++it) {
-        const Key mid = lo + (hi - lo) / 2;
-        int c = 0;
-        for (int i = threadIdx.x; i < n; i += kWarps * 32) c += keys[i] <= mid;
-        c = __reduce_add_sync(kFullMask, c);
-        if (lane == 0) cs.counts[it & 1][warp] = c;
-        __syncthreads();
-        int total = 0;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) total += cs.counts[it & 1][w];
-        if (total == k) return mid;
-        if (total > k)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    return lo;
-}
 
 /* Append each lane's key that is below the bound after buf[0, n) (whole
  * warp; counter: this step's). */
 __device__ __forceinline__ void collect_offer(bool valid, Key key, Key bound, Key *buf, int n, int *counter) {
-    const int lane = threadIdx.x & 31;
-    const bool pass = valid && key < bound;
-    const unsigned m = __ballot_sync(kFullMask, pass);
-    if (m == 0) return;
-    int base = 0;
-    if (lane == 0) base = n + atomicAdd(counter, __popc(m));
-    base = __shfl_sync(kFullMask, base, 0);
-    if (pass) buf[base + __popc(m & ((1u << lane) - 1u))] = key;
+    const int slot = warp_append_slot(valid && key < bound, counter);
+    if (slot >= 0) buf[n + slot] = key;
 }
 
 /* Cut buf[0, n) to its k best (block-wide, n > k): they go to out[0, k),
  * and the bound becomes the k-th. */
 template <int kWarps>
 __device__ void collect_cut(const Key *buf, int n, int k, Key *out, CollectShared<kWarps> &cs) {
-    const Key t = block_kth_key<kWarps>(buf, n, k, cs);
+    const Key t = block_kth_key(buf, n, k, cs.kth, kWarps);
     if (threadIdx.x == 0) cs.kept = 0;
     __syncthreads();
-    const int lane = threadIdx.x & 31;
     for (int b = 0; b < n; b += kWarps * 32) {
         const int i = b + threadIdx.x;
         const Key key = i < n ? buf[i] : kSentinelKey;
-        const bool take = i < n && key <= t;
-        const unsigned m = __ballot_sync(kFullMask, take);
-        int base = 0;
-        if (lane == 0 && m) base = atomicAdd(&cs.kept, __popc(m));
-        base = __shfl_sync(kFullMask, base, 0);
-        const int at = base + __popc(m & ((1u << lane) - 1u));
-        if (take && at < k) out[at] = key;
+        const int at = warp_append_slot(i < n && key <= t, &cs.kept);
+        if (at >= 0 && at < k) out[at] = key;
     }
     if (threadIdx.x == 0) cs.bound = t;
     __syncthreads();
@@ -348,6 +320,7 @@ __device__ void collect_cut(const Key *buf, int n, int k, Key *out, CollectShare
 
 template <int W, int T, int kThreads>
 __global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_kernel(const IvfPqScanArgs a) {
+    GPUIVF_SCAN_CLOCK_START();
     constexpr int kWarps = kThreads / 32;
     constexpr bool kCollect = ivfpq_scan_collects(W);
     using WS = WarpSelect<W, T>;
@@ -409,6 +382,7 @@ __global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_
     }
     if (!list_lut && np > 0) build_query_lut(a, qs, lut, ip);
     __syncthreads();
+    GPUIVF_SCAN_CLOCK(0);
 
     WS ws;
     if constexpr (!kCollect) ws.init(k, queues + warp * WS::kSmemKeys, &block_threshold);
@@ -443,6 +417,7 @@ __global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_
             else
                 build_list_lut<0, kThreads>(a, rs, lut);
             __syncthreads();
+            GPUIVF_SCAN_CLOCK(1);
         }
         const int g0 = pstart[seg], g1 = pstart[seg_end];
         pi = seg;
@@ -496,24 +471,37 @@ __global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_
         }
     }
 
+    GPUIVF_SCAN_CLOCK(2);
     Key *o = a.out + (static_cast<int64_t>(q) * gridDim.x + split) * a.out_ld;
+    Key *ob = a.out_bound ? a.out_bound + static_cast<int64_t>(q) * gridDim.x + split : nullptr;
     if constexpr (kCollect) {
-        /* the k best of what was collected, ranked into place */
+        /* the k best of what was collected, ranked into place (or in any
+         * order, with the cut as the run's bound, for the re-rank) */
         __syncthreads();
         int n = collected_n + (step > 0 ? cs.added[(step - 1) % 3] : 0);
         const Key *sel = collected;
+        Key run_bound = kSentinelKey; /* the sentinel bounds nothing */
         if (n > k) {
             collect_cut<kWarps>(collected, n, k, best, cs);
+            run_bound = cs.bound;
             sel = best;
             n = k;
         }
-        for (int i = threadIdx.x; i < n; i += kThreads) {
-            const Key key = sel[i];
-            int rank = 0;
-            for (int j = 0; j < n; ++j) rank += sel[j] < key;
-            if (rank < a.out_count) o[rank] = key;
+        GPUIVF_SCAN_CLOCK(3);
+        if (ob) {
+            for (int i = threadIdx.x; i < n && i < a.out_count; i += kThreads) o[i] = sel[i];
+            if (threadIdx.x == 0) *ob = run_bound;
+        } else {
+            for (int i = threadIdx.x; i < n; i += kThreads) {
+                const Key key = sel[i];
+                int rank = 0;
+                for (int j = 0; j < n; ++j) rank += sel[j] < key;
+                if (rank < a.out_count) o[rank] = key;
+            }
         }
         for (int e = n + threadIdx.x; e < a.out_count; e += kThreads) o[e] = kSentinelKey;
+        GPUIVF_SCAN_CLOCK(4);
+        GPUIVF_SCAN_CLOCK_PRINT();
     } else {
         ws.flush();
         __syncthreads(); /* the table is dead: its memory holds the queue merge */
@@ -523,6 +511,7 @@ __global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_
             for (int r = 0; r < W / 32; ++r) {
                 const int e = r * 32 + lane;
                 if (e < a.out_count) o[e] = e < k ? ws.queue[r] : kSentinelKey;
+                if (ob && e == k - 1) *ob = ws.queue[r]; /* the run's k-th */
             }
         }
     }

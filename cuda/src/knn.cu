@@ -150,7 +150,8 @@ constexpr int kSortThreads = 1024;
  * under 32 are register shuffles inside a warp, so only the wider strides
  * cost a shared-memory pass and a barrier), then write the first k. */
 __global__ void __launch_bounds__(kSortThreads) knn_small_sort_kernel(const Key *scored, int n, int k, int sort_size,
-                                                                     float *out_scores, uint64_t *out_ids) {
+                                                                     float *out_scores, uint64_t *out_ids,
+                                                                     int32_t *out_lists) {
     extern __shared__ __align__(16) unsigned char small_smem[];
     Key *keys = reinterpret_cast<Key *>(small_smem);
     const int64_t row = blockIdx.x;
@@ -213,7 +214,13 @@ __global__ void __launch_bounds__(kSortThreads) knn_small_sort_kernel(const Key 
         const bool real = key_index(key) != kNoIndex;
         out_scores[row * k + e] = real ? key_score(key) : __int_as_float(0x7f800000);
         out_ids[row * k + e] = real ? key_index(key) : UINT64_MAX;
+        if (out_lists) out_lists[row * k + e] = real ? static_cast<int32_t>(key_index(key)) : -1;
     }
+}
+
+__global__ void ids_to_lists_kernel(const uint64_t *ids, int64_t count, int32_t *lists) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < count) lists[i] = ids[i] == UINT64_MAX ? -1 : static_cast<int32_t>(ids[i]);
 }
 
 }  // namespace
@@ -224,9 +231,12 @@ int knn_shortlist(int k, int64_t n, bool exact_rescore) {
     return std::min(kMaxK, k + std::max(k, 16));
 }
 
-void exact_knn(Resources &res, Metric metric, const float *base, int64_t n, const float *queries, int64_t nq, int d,
-               int k, const KnnOptions &opts, float *out_scores, uint64_t *out_ids) {
-    if (nq <= 0) return;
+namespace {
+
+/* exact_knn without opts.out_lists, except where the direct path writes
+ * them (then it returns true). */
+bool exact_knn_scores(Resources &res, Metric metric, const float *base, int64_t n, const float *queries, int64_t nq,
+                      int d, int k, const KnnOptions &opts, float *out_scores, uint64_t *out_ids) {
     GPUIVF_REQUIRE(k >= 1 && k <= kMaxK, "k %d is out of range 1..%d", k, kMaxK);
     GPUIVF_REQUIRE(n < static_cast<int64_t>(kNoIndex), "too many base vectors for the GPU: %lld",
                    static_cast<long long>(n));
@@ -234,7 +244,7 @@ void exact_knn(Resources &res, Metric metric, const float *base, int64_t n, cons
         fill_padding_kernel<<<static_cast<unsigned>(ceil_div(nq * k, 256)), 256, 0, res.stream>>>(nq * k, out_scores,
                                                                                                  out_ids);
         GPUIVF_CUDA_CHECK_LAUNCH();
-        return;
+        return false;
     }
     const bool ip = metric == Metric::InnerProduct;
     const bool cosine = metric == Metric::Cosine;
@@ -249,9 +259,9 @@ void exact_knn(Resources &res, Metric metric, const float *base, int64_t n, cons
         GPUIVF_CUDA_CHECK_LAUNCH();
         const size_t smem = sizeof(Key) * sort_size; /* <= 32 kB: no opt-in */
         knn_small_sort_kernel<<<static_cast<unsigned>(nq), std::min(sort_size, kSortThreads), smem, res.stream>>>(
-            scored.data(), static_cast<int>(n), k, sort_size, out_scores, out_ids);
+            scored.data(), static_cast<int>(n), k, sort_size, out_scores, out_ids, opts.out_lists);
         GPUIVF_CUDA_CHECK_LAUNCH();
-        return;
+        return true;
     }
 
     /* Cosine: prepare_vector's scale of each base row (the CPU's bits, for
@@ -404,6 +414,18 @@ void exact_knn(Resources &res, Metric metric, const float *base, int64_t n, cons
             GPUIVF_CUDA_CHECK_LAUNCH();
         }
     }
+    return false;
+}
+
+}  // namespace
+
+void exact_knn(Resources &res, Metric metric, const float *base, int64_t n, const float *queries, int64_t nq, int d,
+               int k, const KnnOptions &opts, float *out_scores, uint64_t *out_ids) {
+    if (nq <= 0) return;
+    if (exact_knn_scores(res, metric, base, n, queries, nq, d, k, opts, out_scores, out_ids) || !opts.out_lists) return;
+    ids_to_lists_kernel<<<static_cast<unsigned>(ceil_div(nq * k, 256)), 256, 0, res.stream>>>(out_ids, nq * k,
+                                                                                            opts.out_lists);
+    GPUIVF_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace gpuivf_cuda

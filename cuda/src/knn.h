@@ -17,6 +17,9 @@ struct KnnOptions {
     bool exact_rescore = true;     /* shortlist k + max(k, 16), re-scored exactly */
     bool queries_prepared = false; /* cosine: queries are unit vectors already */
     bool gemm_only = false;        /* benchmark: the GEMM tiles alone, no selection */
+    /* also the ids as int32, -1 for none (an IVF-PQ search's probed lists):
+     * written by the direct path's sort itself, one launch less */
+    int32_t *out_lists = nullptr;
 };
 
 /*

@@ -1,62 +1,156 @@
 /*
- * rescore.cu — exact re-scoring and the final sort: one block per row, the
- * candidates' values and ids in shared memory, half a warp per candidate for
- * the exact distance (the CPU's lane order), then every candidate's rank
- * among the row's (value, id) pairs, which is its place in the output.
+ * rescore.cu — exact re-scoring and the final sort, one block per row:
+ *  1. the row's candidates: its keys, or, when the row is the runs of a
+ *     scan's probe splits, its k best keys chosen here (every run is cut
+ *     at the smallest of the runs' k-th keys, which no key of the k best
+ *     passes, then the k-th of the survivors by bisection, block_kth.cuh),
+ *     so a search needs no merge kernel between the scan and the re-rank,
+ *     and the scan need not sort its runs;
+ *  2. their values and ids in shared memory, and every candidate's vector
+ *     prefetched into L2 at once (one memory round trip for all of them,
+ *     not one per pass of the distance loop);
+ *  3. half a warp per candidate for the exact distance (the CPU's lane
+ *     order);
+ *  4. every candidate's rank among the row's (value, id) pairs, which is
+ *     its place in the output.
+ * The block has as many threads as the row needs (half a warp a candidate
+ * when re-scoring, a thread a candidate for the final order alone), so the
+ * final sort of a 10-candidate row does not occupy 1,024 threads.
  */
+#include <algorithm>
+#ifdef GPUIVF_RESCORE_PHASE_CLOCKS
+#include <cstdio>
+#endif
+
+#include "block_kth.cuh"
 #include "rescore.h"
 
 namespace gpuivf_cuda {
 
 namespace {
 
-/* 64 candidates' distances in flight a pass (the GPU worker re-ranks 200
- * per query: 4 passes instead of 13 at 256 threads). */
-constexpr int kThreads = 1024;
+constexpr int kMaxThreads = 1024;
+constexpr int kMinThreads = 64;
 constexpr int kMaxCandidates = 1024;
+/* A row of runs: each thread holds this many of its keys while the runs'
+ * bound is read, so a row of runs has at most this many keys a thread. */
+constexpr int kRunKeysPerThread = 8;
+/* the kernel's static shared memory, with room to spare */
+constexpr size_t kStaticSmemBytes = kMaxCandidates * (sizeof(double) + 2 * sizeof(uint64_t) + 2 * sizeof(int32_t)) +
+                                    sizeof(KthShared) + 64;
 
-/* (value, id) order of src/core's pair_less: smaller value, NaN after every
- * number, then smaller id. */
-__device__ __forceinline__ bool pair_less(double av, uint64_t aid, double bv, uint64_t bid) {
-    if (av < bv) return true;
-    if (bv < av) return false;
-    const bool an = av != av, bn = bv != bv;
-    if (an != bn) return bn;
-    return aid < bid;
+/* A value as an unsigned integer in src/core's pair_less order of values:
+ * smaller first, -0 equal to +0, NaN after every number (all NaN equal), so
+ * a candidate's rank is a few integer compares (the double compares and NaN
+ * tests of pair_less cost ~35 instructions a pair: 18,000 cycles for 200). */
+__device__ __forceinline__ Key value_order(double v) {
+    if (v != v) return kSentinelKey;
+    if (v == 0.0) v = 0.0;
+    const Key u = static_cast<Key>(__double_as_longlong(v));
+    return (u >> 63) ? ~u : (u | (Key(1) << 63));
 }
 
-__global__ void __launch_bounds__(kThreads) rescore_kernel(const RescoreArgs a) {
+/* Measurement knob: GPUIVF_RESCORE_PHASE_CLOCKS prints block 0's cycles to
+ * the survivors, to the candidates, to the distances, to the ranks, to the end. */
+#ifdef GPUIVF_RESCORE_PHASE_CLOCKS
+#define RESCORE_CLOCK(i) (rclk[(i) + 1] = clock64())
+#else
+#define RESCORE_CLOCK(i) (void)0
+#endif
+
+__global__ void __launch_bounds__(kMaxThreads) rescore_kernel(const RescoreArgs a) {
+#ifdef GPUIVF_RESCORE_PHASE_CLOCKS
+    long long rclk[6] = {clock64(), 0, 0, 0, 0, 0};
+#endif
+    extern __shared__ Key run_survivors[]; /* a row of runs: its keys at or below the bound */
     __shared__ double vals[kMaxCandidates];
+    __shared__ Key order[kMaxCandidates]; /* value_order(vals[e]) */
     __shared__ uint64_t ids[kMaxCandidates];
     __shared__ uint32_t index[kMaxCandidates];
     __shared__ int rank[kMaxCandidates];
+    __shared__ KthShared kth;
+    __shared__ Key runs_bound;
+    __shared__ int survivors, taken;
 
     const int64_t row = blockIdx.x;
+    const int threads = blockDim.x, lane = threadIdx.x & 31;
     const double nan = __longlong_as_double(0x7ff8000000000000ll);
+    const bool rescores = a.mode != RescoreMode::Keys;
 
-    /* Candidates; an empty slot is (NaN, UINT64_MAX): after every real one. */
+    /* Candidate e: an empty slot is (NaN, UINT64_MAX), after every real one. */
     const int n = a.candidates;
-    for (int e = threadIdx.x; e < n; e += kThreads) {
+    auto place = [&](int e, Key key) {
         rank[e] = 0;
-        const Key key = a.keys[row * a.key_ld + e];
         const uint32_t idx = key_index(key);
         index[e] = idx;
         if (idx == kNoIndex) {
             vals[e] = nan;
+            order[e] = kSentinelKey;
             ids[e] = UINT64_MAX;
-        } else {
-            vals[e] = static_cast<double>(key_score(key));
-            ids[e] = a.ids ? a.ids[idx] : static_cast<uint64_t>(idx);
+            return;
         }
+        if (rescores) prefetch_l2(a.vectors + static_cast<int64_t>(idx) * a.d, sizeof(float) * a.d);
+        vals[e] = static_cast<double>(key_score(key));
+        order[e] = value_order(vals[e]);
+        ids[e] = a.ids ? a.ids[idx] : static_cast<uint64_t>(idx);
+    };
+    if (a.runs > 1) {
+        /* The row's kr best keys among its runs (the host checked that the
+         * runs fit kRunKeysPerThread keys a thread). */
+        const int total = a.runs * n;
+        int kr = a.run_k ? a.run_k[row] : n;
+        kr = kr < 1 ? 1 : (kr > n ? n : kr);
+        const Key *rp = a.keys + row * a.key_ld;
+        Key mine[kRunKeysPerThread];
+#pragma unroll
+        for (int j = 0; j < kRunKeysPerThread; ++j) {
+            const int e = j * threads + threadIdx.x;
+            mine[j] = e < total ? rp[e] : kSentinelKey;
+        }
+        if (threadIdx.x < 32) {
+            /* a run's kr-th key bounds the row's kr-th from above */
+            Key b = kSentinelKey;
+            for (int r = lane; r < a.runs; r += 32)
+                b = key_min(b, a.run_bounds ? a.run_bounds[row * a.runs + r] : rp[static_cast<int64_t>(r) * n + kr - 1]);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) b = key_min(b, __shfl_xor_sync(kFullMask, b, o));
+            if (lane == 0) {
+                runs_bound = b;
+                survivors = 0;
+                taken = 0;
+            }
+        }
+        __syncthreads();
+        const Key bound = runs_bound;
+#pragma unroll
+        for (int j = 0; j < kRunKeysPerThread; ++j) {
+            const int slot = warp_append_slot(key_index(mine[j]) != kNoIndex && mine[j] <= bound, &survivors);
+            if (slot >= 0) run_survivors[slot] = mine[j];
+        }
+        __syncthreads();
+        RESCORE_CLOCK(0);
+        const int s = survivors;
+        const Key t = s > kr ? block_kth_key(run_survivors, s, kr, kth, threads / 32) : kSentinelKey;
+        const int got = s > kr ? kr : s; /* keys are distinct: exactly kr at or below t */
+        for (int b = 0; b < s; b += threads) {
+            const int i = b + threadIdx.x;
+            const Key key = i < s ? run_survivors[i] : kSentinelKey;
+            const int at = warp_append_slot(i < s && key <= t, &taken);
+            if (at >= 0 && at < got) place(at, key);
+        }
+        for (int e = got + threadIdx.x; e < n; e += threads) place(e, kSentinelKey);
+    } else {
+        for (int e = threadIdx.x; e < n; e += threads) place(e, a.keys[row * a.key_ld + e]);
     }
     __syncthreads();
+    RESCORE_CLOCK(1);
 
-    if (a.mode != RescoreMode::Keys) {
+    if (rescores) {
         /* Half a warp per candidate; every lane runs the same trip count. */
         const int half = threadIdx.x / kCoreLanes;
         const int l = threadIdx.x & (kCoreLanes - 1);
         const float *q = a.queries + row * a.d;
-        for (int base = 0; base < a.candidates; base += kThreads / kCoreLanes) {
+        for (int base = 0; base < a.candidates; base += threads / kCoreLanes) {
             const int e = base + half;
             const uint32_t idx = e < a.candidates ? index[e] : kNoIndex;
             const bool valid = idx != kNoIndex;
@@ -98,30 +192,50 @@ __global__ void __launch_bounds__(kThreads) rescore_kernel(const RescoreArgs a) 
                 else
                     v = core_cosine_distance(p0, p1, p2);
                 vals[e] = v;
+                order[e] = value_order(v);
             }
         }
         __syncthreads();
+        RESCORE_CLOCK(2);
     }
+
+    const int k = a.row_k ? a.row_k[row] : a.k;
+    const int kept = min(k, n);
+
+    /* Only candidates at or below the kept-th smallest value can be output
+     * (at least kept others are before any above it): when they are at
+     * most a quarter (the GPU worker's 10 of 200), the others skip the
+     * ranking (rank n).  The k-th costs a few barriers, so not for the
+     * coarse quantizer's 32 of 64. */
+    Key limit = kSentinelKey;
+    if (kept > 0 && 4 * kept <= n) limit = block_kth_key(order, n, kept, kth, threads / 32);
 
     /* Rank of candidate i: the candidates before it in (value, id) order,
      * equal pairs (empty slots) by position, so the ranks are a permutation.
      * The rows' candidates are split over groups of threads, each counting
      * over its share of the others (no sort network, two barriers). */
     const int n32 = (n + 31) & ~31;
-    const int groups = n32 > 0 ? max(1, kThreads / n32) : 1;
-    const int i = threadIdx.x % max(n32, 1), g = threadIdx.x / max(n32, 1);
-    if (i < n && g < groups) {
-        const double vi = vals[i];
+    const int groups = n32 > 0 ? max(1, threads / n32) : 1;
+    for (int t = threadIdx.x; t < n32 * groups; t += threads) {
+        const int i = t % n32, g = t / n32;
+        if (i >= n) continue;
+        const Key oi = order[i];
+        if (oi > limit) {
+            if (g == 0) rank[i] = n;
+            continue;
+        }
         const uint64_t idi = ids[i];
         int before = 0;
-        for (int j = g; j < n; j += groups)
-            before += pair_less(vals[j], ids[j], vi, idi) || (j < i && !pair_less(vi, idi, vals[j], ids[j]));
+        for (int j = g; j < n; j += groups) {
+            const Key oj = order[j];
+            const uint64_t idj = ids[j];
+            before += oj < oi || (oj == oi && (idj < idi || (idj == idi && j < i)));
+        }
         atomicAdd(&rank[i], before);
     }
     __syncthreads();
+    RESCORE_CLOCK(3);
 
-    const int k = a.row_k ? a.row_k[row] : a.k;
-    const int kept = min(k, n);
     const double inf = __longlong_as_double(0x7ff0000000000000ll);
     auto put = [&](int e, double v, uint64_t id) {
         const bool real = id != UINT64_MAX;
@@ -132,18 +246,54 @@ __global__ void __launch_bounds__(kThreads) rescore_kernel(const RescoreArgs a) 
         if (a.out_double) a.out_double[o] = v;
         a.out_ids[o] = real ? id : UINT64_MAX;
     };
-    for (int e = threadIdx.x; e < n; e += kThreads)
+    for (int e = threadIdx.x; e < n; e += threads)
         if (rank[e] < kept && rank[e] < a.out_ld) put(rank[e], vals[e], ids[e]);
-    for (int e = kept + threadIdx.x; e < a.out_ld; e += kThreads) put(e, inf, UINT64_MAX);
+    for (int e = kept + threadIdx.x; e < a.out_ld; e += threads) put(e, inf, UINT64_MAX);
+#ifdef GPUIVF_RESCORE_PHASE_CLOCKS
+    rclk[5] = clock64();
+    if (blockIdx.x == 0 && threadIdx.x == 0 && a.runs > 1)
+        printf("rescore_phase_clocks %lld %lld %lld %lld %lld\n", rclk[1] - rclk[0], rclk[2] - rclk[1],
+               rclk[3] - rclk[2], rclk[4] - rclk[3], rclk[5] - rclk[4]);
+#endif
 }
 
 }  // namespace
+
+bool rescore_takes_runs(const Resources &res, int runs, int candidates) {
+#ifdef GPUIVF_RESCORE_NO_RUNS
+    /* A/B knob (NOTES.md): runs merged by select_keys first */
+    (void)res, (void)runs, (void)candidates;
+    return false;
+#else
+    const int64_t total = static_cast<int64_t>(runs) * candidates;
+    return runs > 1 && candidates <= kMaxCandidates && total <= int64_t(kRunKeysPerThread) * kMaxThreads &&
+           sizeof(Key) * static_cast<size_t>(total) + kStaticSmemBytes <= res.smem_optin;
+#endif
+}
 
 void rescore_and_sort(Resources &res, const RescoreArgs &a) {
     if (a.rows <= 0) return;
     GPUIVF_REQUIRE(a.candidates >= 0 && a.candidates <= kMaxCandidates, "too many re-rank candidates: %d",
                    a.candidates);
-    rescore_kernel<<<static_cast<unsigned>(a.rows), kThreads, 0, res.stream>>>(a);
+    int threads;
+    size_t smem = 0;
+    if (a.runs > 1) {
+        GPUIVF_REQUIRE(rescore_takes_runs(res, a.runs, a.candidates), "%d runs of %d candidates do not fit a block",
+                       a.runs, a.candidates);
+        threads = kMaxThreads;
+        smem = sizeof(Key) * static_cast<size_t>(a.runs) * a.candidates;
+        /* static + dynamic past 48 KB needs the limit raised; always to the
+         * most a block can have (a recorded graph replays this launch after
+         * calls of other sizes) */
+        if (smem + kStaticSmemBytes > 48 * 1024)
+            GPUIVF_CUDA_TRY(cudaFuncSetAttribute(rescore_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 static_cast<int>(res.smem_optin - kStaticSmemBytes)));
+    } else {
+        const int per = a.mode == RescoreMode::Keys ? 1 : kCoreLanes;
+        threads = static_cast<int>(std::min<int64_t>(
+            kMaxThreads, std::max<int64_t>(kMinThreads, round_up(static_cast<int64_t>(a.candidates) * per, 32))));
+    }
+    rescore_kernel<<<static_cast<unsigned>(a.rows), threads, smem, res.stream>>>(a);
     GPUIVF_CUDA_CHECK_LAUNCH();
 }
 

@@ -23,6 +23,15 @@ struct RescoreArgs {
     const Key *keys = nullptr; /* rows x key_ld, `candidates` used per row */
     int64_t key_ld = 0;
     int32_t candidates = 0;    /* <= 1024 */
+    /* runs > 1: a row is `runs` sorted runs of `candidates` keys (the probe
+     * splits of a scan, sentinels after each run's valid keys), and its
+     * candidates are the run_k[row] (or `candidates`) best keys of all runs,
+     * chosen by the kernel (rescore_takes_runs says when it can) */
+    int32_t runs = 1;
+    const int32_t *run_k = nullptr;
+    /* a key at or above each run's k-th (rows x runs; the runs may then be
+     * in any order), or null: the runs are ascending */
+    const Key *run_bounds = nullptr;
     int64_t rows = 0;
     const int32_t *row_k = nullptr; /* outputs per row (or k) */
     int32_t k = 0;
@@ -40,6 +49,10 @@ struct RescoreArgs {
 };
 
 void rescore_and_sort(Resources &res, const RescoreArgs &a);
+
+/* Whether rescore_and_sort can choose a row's candidates among `runs` sorted
+ * runs of `candidates` keys itself (else select_keys merges them first). */
+bool rescore_takes_runs(const Resources &res, int runs, int candidates);
 
 }  // namespace gpuivf_cuda
 

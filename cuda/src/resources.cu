@@ -91,10 +91,15 @@ void resources_init(Resources &res, int device, int64_t temp_bytes) {
 
     /* 16 MB of pinned host memory for searches; without it they still work,
      * with pageable copies */
-    void *h = nullptr;
-    if (cudaHostAlloc(&h, size_t(16) << 20, cudaHostAllocDefault) == cudaSuccess) {
+    void *h = nullptr, *hd = nullptr;
+    if (cudaHostAlloc(&h, size_t(16) << 20, cudaHostAllocMapped) == cudaSuccess) {
         res.pinned = static_cast<char *>(h);
         res.pinned_size = size_t(16) << 20;
+        /* where kernels see it (the same address with unified addressing) */
+        if (cudaHostGetDevicePointer(&hd, h, 0) == cudaSuccess)
+            res.pinned_device = static_cast<char *>(hd);
+        else
+            (void)cudaGetLastError();
     } else {
         (void)cudaGetLastError();
     }

@@ -46,6 +46,7 @@ struct gpuivf_cuda_resources {
      * each, which dominates a batch of a few queries.  Bump-allocated,
      * reset at the start of every search (every call ends synchronised). */
     char *pinned = nullptr;
+    char *pinned_device = nullptr; /* `pinned` as kernels address it, or null */
     size_t pinned_size = 0;
     size_t pinned_top = 0;
 

@@ -8,9 +8,12 @@
  *   3. the fused list scan + k-selection (ivfpq_scan.cuh; ivfpq_scan8.cuh
  *      for 8-bit codes with query tables), one block per
  *      query, or per share of its probes when the batch is too small to fill
- *      the GPU, then a second selection pass across the shares;
+ *      the GPU;
  *   4. exact re-rank of the candidates on the stored vectors (or the ADC
- *      scores as distances), sorted by (distance, id) like the CPU.
+ *      scores as distances), sorted by (distance, id) like the CPU; with
+ *      shares, the re-rank first chooses each query's candidates among the
+ *      shares' runs (rescore.cu), or, where they do not fit its block, a
+ *      second selection pass merges them.
  * Every query may have its own k and nprobe; the kernels are instantiated
  * for the k-bucket of the largest.
  */
@@ -24,15 +27,6 @@
 #include "vectors.h"
 
 namespace gpuivf_cuda {
-
-namespace {
-
-__global__ void probes_from_ids_kernel(const uint64_t *ids, int64_t count, int32_t *lists) {
-    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i < count) lists[i] = ids[i] == UINT64_MAX ? -1 : static_cast<int32_t>(ids[i]);
-}
-
-}  // namespace
 
 int search_query_ks(const SearchParams &p, int64_t nq, int32_t *qk, int32_t *kscan) {
     int kscan_max = 1;
@@ -115,12 +109,10 @@ void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, c
         KnnOptions o;
         o.exact_rescore = true;
         o.queries_prepared = true;
+        o.out_lists = probe_lists.data();
         const Metric coarse = ix.metric == Metric::InnerProduct ? Metric::InnerProduct : Metric::L2;
         exact_knn(res, coarse, ix.centroids.data(), ix.nlist, qp, rows, ix.d, npmax, o, coarse_scores.data(),
                   coarse_ids.data());
-        probes_from_ids_kernel<<<static_cast<unsigned>(ceil_div(rows * npmax, 256)), 256, 0, res.stream>>>(
-            coarse_ids.data(), rows * npmax, probe_lists.data());
-        GPUIVF_CUDA_CHECK_LAUNCH();
 
         /* 3. scan: enough blocks for about eight per multiprocessor */
         int splits = static_cast<int>(std::min<int64_t>(npmax, std::max<int64_t>(1, ceil_div(8 * res.sm_count, rows))));
@@ -130,6 +122,12 @@ void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, c
         const int pps = static_cast<int>(ceil_div(npmax, splits));
         splits = static_cast<int>(ceil_div(npmax, pps));
         TempBuffer<Key> scan_out(res, rows * splits * kscan_max);
+        /* The splits' runs: the re-rank chooses among them itself when they
+         * fit its block (then the collecting scan leaves them unsorted and
+         * gives each run's bound), else they are merged first. */
+        const bool rescore_runs = splits > 1 && rescore_takes_runs(res, splits, kscan_max);
+        TempBuffer<Key> run_bounds;
+        if (!scan8 && (splits == 1 || rescore_runs)) run_bounds.allocate(res, rows * splits);
         IvfPqScanArgs a;
         a.nq = static_cast<int32_t>(rows);
         a.splits = splits;
@@ -163,15 +161,18 @@ void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, c
         a.out = scan_out.data();
         a.out_ld = kscan_max;
         a.out_count = kscan_max;
+        a.out_bound = run_bounds.data();
         if (ix.count > 0) {
             launch_ivfpq_scan(w, a, smem, res.stream);
         } else {
             GPUIVF_CUDA_TRY(cudaMemsetAsync(scan_out.data(), 0xff, sizeof(Key) * rows * splits * kscan_max, res.stream));
+            if (run_bounds.data())
+                GPUIVF_CUDA_TRY(cudaMemsetAsync(run_bounds.data(), 0xff, sizeof(Key) * rows * splits, res.stream));
         }
 
         const Key *cand = scan_out.data();
         TempBuffer<Key> merged;
-        if (splits > 1) {
+        if (splits > 1 && !rescore_runs) {
             /* the split results are sorted runs of kscan_max keys */
             merged.allocate(res, rows * kscan_max);
             select_keys(res, scan_out.data(), rows, static_cast<int64_t>(splits) * kscan_max,
@@ -185,8 +186,11 @@ void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, c
         r.mode = rerank ? RescoreMode::SqlDistance : RescoreMode::Keys;
         r.metric = ix.metric;
         r.keys = cand;
-        r.key_ld = kscan_max;
+        r.key_ld = rescore_runs ? static_cast<int64_t>(splits) * kscan_max : kscan_max;
         r.candidates = kscan_max;
+        r.runs = rescore_runs ? splits : 1;
+        r.run_k = dev_kscan + q0;
+        r.run_bounds = rescore_runs ? run_bounds.data() : nullptr;
         r.rows = rows;
         r.row_k = dev_qk + q0;
         r.k = kout;

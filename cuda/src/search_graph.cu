@@ -12,8 +12,9 @@
  * How.  The first search of a shape — index version, batch size, k, nprobe,
  * re-rank, table mode, scan k-bucket, which per-query arrays are given —
  * runs under stream capture: its queries and per-query arrays are staged
- * through places in the resources' pinned memory, its temporary buffers
- * come from the arena, its results land in pinned memory.  The captured
+ * through places in the resources' pinned memory (one copy in), its
+ * temporary buffers come from the arena, and the re-rank writes its
+ * results into pinned memory directly (no copy out).  The captured
  * graph is instantiated, launched and kept (kMaxGraphs per resources object,
  * the least recently used dropped).  A later search of the same shape writes
  * its queries and per-query arrays to the same pinned places and launches
@@ -56,46 +57,42 @@ size_t pinned_need(int64_t nq, int d, int k) {
 }
 
 /* Record the search (stream capture) into g; false when it may not be kept
- * (then nothing was run and the caller searches as usual). */
+ * (then nothing was run and the caller searches as usual).  The graph has
+ * one copy in (queries and per-query arrays, packed in pinned memory as on
+ * the device) and none out: the re-rank writes the results into pinned
+ * memory itself.  Each copy node costs a few microseconds of a search that
+ * takes under a hundred. */
 bool record(Resources &res, Index &ix, const float *queries, int64_t nq, const SearchParams &p,
             Resources::SearchGraph &g) {
     const int64_t misses = static_cast<int64_t>(res.arena_misses);
     res.pinned_top = 0;
-    g.queries = pinned_array<float>(res, nq * ix.d);
+    const size_t q_bytes = static_cast<size_t>(round_up(sizeof(float) * nq * ix.d, 64));
+    const size_t a_bytes = static_cast<size_t>(round_up(sizeof(int32_t) * nq, 64));
+    const size_t in_bytes = q_bytes + 3 * a_bytes;
+    char *in = static_cast<char *>(pinned_alloc(res, in_bytes));
+    g.queries = reinterpret_cast<float *>(in);
+    g.qk = reinterpret_cast<int32_t *>(in + q_bytes);
+    g.kscan = reinterpret_cast<int32_t *>(in + q_bytes + a_bytes);
+    g.qnp = p.query_nprobe ? reinterpret_cast<int32_t *>(in + q_bytes + 2 * a_bytes) : nullptr;
     g.distances = pinned_array<double>(res, nq * p.k);
     g.ids = pinned_array<uint64_t>(res, nq * p.k);
-    g.qk = pinned_array<int32_t>(res, nq);
-    g.kscan = pinned_array<int32_t>(res, nq);
-    g.qnp = p.query_nprobe ? pinned_array<int32_t>(res, nq) : nullptr;
     std::memcpy(g.queries, queries, sizeof(float) * nq * ix.d);
     search_query_ks(p, nq, g.qk, g.kscan);
     if (g.qnp) std::memcpy(g.qnp, p.query_nprobe, sizeof(int32_t) * nq);
+    /* the results' pinned arrays as the kernels address them */
+    double *out_d = reinterpret_cast<double *>(res.pinned_device + (reinterpret_cast<char *>(g.distances) - res.pinned));
+    uint64_t *out_i = reinterpret_cast<uint64_t *>(res.pinned_device + (reinterpret_cast<char *>(g.ids) - res.pinned));
 
     cudaGraph_t graph = nullptr;
     GPUIVF_CUDA_TRY(cudaStreamBeginCapture(res.stream, cudaStreamCaptureModeRelaxed));
     try {
-        TempBuffer<float> dq(res, nq * ix.d);
-        TempBuffer<double> dd(res, nq * p.k);
-        TempBuffer<uint64_t> di(res, nq * p.k);
-        TempBuffer<int32_t> dqk(res, nq), dks(res, nq), dnp;
-        GPUIVF_CUDA_TRY(cudaMemcpyAsync(dq.data(), g.queries, sizeof(float) * nq * ix.d, cudaMemcpyHostToDevice,
-                                        res.stream));
-        GPUIVF_CUDA_TRY(cudaMemcpyAsync(dqk.data(), g.qk, sizeof(int32_t) * nq, cudaMemcpyHostToDevice, res.stream));
-        GPUIVF_CUDA_TRY(cudaMemcpyAsync(dks.data(), g.kscan, sizeof(int32_t) * nq, cudaMemcpyHostToDevice, res.stream));
+        TempBuffer<char> din(res, static_cast<int64_t>(in_bytes));
+        GPUIVF_CUDA_TRY(cudaMemcpyAsync(din.data(), in, in_bytes, cudaMemcpyHostToDevice, res.stream));
         SearchParams sp = p;
-        sp.staged_qk = dqk.data();
-        sp.staged_kscan = dks.data();
-        if (g.qnp) {
-            dnp.allocate(res, nq);
-            GPUIVF_CUDA_TRY(
-                cudaMemcpyAsync(dnp.data(), g.qnp, sizeof(int32_t) * nq, cudaMemcpyHostToDevice, res.stream));
-            sp.staged_qnp = dnp.data();
-        }
-        index_search(res, ix, dq.data(), nq, sp, dd.data(), di.data());
-        GPUIVF_CUDA_TRY(cudaMemcpyAsync(g.distances, dd.data(), sizeof(double) * nq * p.k, cudaMemcpyDeviceToHost,
-                                        res.stream));
-        GPUIVF_CUDA_TRY(
-            cudaMemcpyAsync(g.ids, di.data(), sizeof(uint64_t) * nq * p.k, cudaMemcpyDeviceToHost, res.stream));
+        sp.staged_qk = reinterpret_cast<const int32_t *>(din.data() + q_bytes);
+        sp.staged_kscan = reinterpret_cast<const int32_t *>(din.data() + q_bytes + a_bytes);
+        if (g.qnp) sp.staged_qnp = reinterpret_cast<const int32_t *>(din.data() + q_bytes + 2 * a_bytes);
+        index_search(res, ix, reinterpret_cast<const float *>(din.data()), nq, sp, out_d, out_i);
         /* end the capture while the buffers are still held: a miss's
          * cudaFree must not happen inside it */
         GPUIVF_CUDA_TRY(cudaStreamEndCapture(res.stream, &graph));
@@ -126,7 +123,7 @@ bool record(Resources &res, Index &ix, const float *queries, int64_t nq, const S
 bool search_recorded(Resources &res, Index &ix, const float *queries, int64_t nq, const SearchParams &p,
                      double **pinned_distances, uint64_t **pinned_ids) {
     if (!res.search_graphs_enabled || res.cancel_fn != nullptr || res.arena_top != 0 || nq > kKnnDirectMaxQueries ||
-        ix.nlist > kKnnDirectMaxBase || pinned_need(nq, ix.d, p.k) > res.pinned_size)
+        ix.nlist > kKnnDirectMaxBase || res.pinned_device == nullptr || pinned_need(nq, ix.d, p.k) > res.pinned_size)
         return false;
     std::vector<int32_t> qk(nq), kscan(nq);
     Resources::SearchGraphKey key;

@@ -76,6 +76,12 @@ struct IvfPqScanArgs {
     Key *out = nullptr;             /* row (query * splits + split) */
     int64_t out_ld = 0;
     int32_t out_count = 0;
+    /* Set when the runs go to the re-rank, which ranks them itself: a run's
+     * keys may then be in any order (the collecting scan skips its sort),
+     * and out_bound[query * splits + split] is a key at or above the run's
+     * k-th (the sentinel when it has fewer than k keys).  Null: runs
+     * ascending (select_keys merges them). */
+    Key *out_bound = nullptr;
 };
 
 /* Threads per block of each kernel. */

@@ -40,8 +40,6 @@
 
 namespace gpuivf_cuda {
 
-constexpr unsigned kFullMask = 0xffffffffu;
-
 template <int N>
 struct Log2 {
     static constexpr int value = 1 + Log2<N / 2>::value;
@@ -50,9 +48,6 @@ template <>
 struct Log2<1> {
     static constexpr int value = 0;
 };
-
-__device__ __forceinline__ Key key_min(Key a, Key b) { return a < b ? a : b; }
-__device__ __forceinline__ Key key_max(Key a, Key b) { return a < b ? b : a; }
 
 /* Compare-exchange of one register row between lanes `lane` and
  * `lane ^ stride`: the lower lane of the pair keeps the smaller key when the
