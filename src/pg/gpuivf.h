@@ -665,9 +665,14 @@ typedef struct GpuivfSearchStats
     int64       reranked;       /* candidates re-ranked exactly */
 } GpuivfSearchStats;
 
-/* gpuivfsearch.cpp: hits[i] is palloc'd, sorted best first, nhits[i] <= k */
+/* gpuivfsearch.cpp: hits[i] is palloc'd, sorted best first, nhits[i] <= k.
+ * meta: the metapage as the caller read it in this statement (after its
+ * snapshot was taken: a worker request carries its generation), or NULL to
+ * read it here.  A scan passes the copy it started with, so a statement
+ * reads the metapage once, not once per layer. */
 void        GpuivfSearchBatch(Relation index, int nq, const GpuivfQuery *queries,
-                              GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats);
+                              GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats,
+                              const GpuivfMetaPageData *meta);
 
 /* gpuivfsearch.cpp: gpuivf.device = gpu without a worker is an error */
 void        GpuivfCheckDevice(void);
@@ -711,9 +716,11 @@ bool        GpuivfWorkerAvailable(void);
  * no worker is ready or on any worker failure, and then its nq queries are
  * counted in gpuivf_stat.cpu_fallbacks; under gpu those raise here.  Each
  * query keeps its own k, nprobe and rerank on the worker, so its answer
- * never depends on the batch it rides in. */
+ * never depends on the batch it rides in.  meta as for GpuivfSearchBatch
+ * (NULL: read here). */
 bool        GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
-                               GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats);
+                               GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats,
+                               const GpuivfMetaPageData *meta);
 
 /* ================================================================
  * GPU worker (gpuivfworker/shmem/client/gpuindex.cpp).  The shared-memory

@@ -672,7 +672,8 @@ SearchStage(SweepState *sw, const uint32 *points, int first, int last)
             /* one more candidate too: the own row is almost surely among them */
             queries[q].rerank = sw->rerank ? Min(sw->R + 1, gpuivf::kMaxK) : 0;
         }
-        GpuivfSearchBatch(sw->index, sw->nq, queries, hits, nhits, &stats);
+        /* NULL: the metapage as it is now, not as the calibration began */
+        GpuivfSearchBatch(sw->index, sw->nq, queries, hits, nhits, &stats, NULL);
         for (int q = 0; q < sw->nq; q++)
         {
             const uint64 *truth = sw->truth_heap + (Size) q * sw->k;

@@ -231,15 +231,25 @@ ShardCount(const GpuivfMetaPageData *meta)
         return 1;
     if (gpuivf_shards >= 2)
         return Min(gpuivf_shards, nworkers);
+    /*
+     * Read without the workers' spinlocks, like GpuivfReadyWorkers: every
+     * search of a multi-GPU host passes here.  A worker sets its limit
+     * before it turns READY (the read barrier keeps that order); a limit
+     * changing under us is a reload, seen a moment early or late, which
+     * the locked read did not prevent either.  The shard count never
+     * changes a search's rows, only which workers answer.
+     */
     for (int i = 0; i < nworkers; i++)
     {
-        GpuivfWorkerSlot *w = &GpuivfShmem->workers[i];
+        volatile GpuivfWorkerSlot *w = &GpuivfShmem->workers[i];
+        int64       wlimit;
 
-        SpinLockAcquire(&w->mutex);
-        if (w->state == GPUIVF_WORKER_READY && w->memory_limit > 0 &&
-            (limit < 0 || w->memory_limit < limit))
-            limit = w->memory_limit;
-        SpinLockRelease(&w->mutex);
+        if (w->state != GPUIVF_WORKER_READY)
+            continue;
+        pg_read_barrier();
+        wlimit = w->memory_limit;
+        if (wlimit > 0 && (limit < 0 || wlimit < limit))
+            limit = wlimit;
     }
     if (limit <= 0 || GpuivfEstimateGpuBytes(meta, 1) <= limit)
         return 1;
@@ -532,7 +542,8 @@ ShardedSearch(Relation index, const GpuivfMetaPageData *meta, int nshards, int n
  */
 bool
 GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
-                   GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats)
+                   GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats,
+                   const GpuivfMetaPageData *given_meta)
 {
     GpuivfMetaPageData meta;
     GpuivfRequestSlot *slot;
@@ -542,7 +553,10 @@ GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
         return false;
     if (index->rd_rel->relpersistence == RELPERSISTENCE_TEMP)
         return false;           /* local buffers: only this backend can read them */
-    GpuivfReadMeta(index, &meta);
+    if (given_meta != NULL)
+        meta = *given_meta;
+    else
+        GpuivfReadMeta(index, &meta);
     if (!GpuivfMetaIsTrained(&meta) || meta.dims == 0 || meta.lists > GPUIVF_CUDA_MAX_LISTS)
         return false;
     for (int i = 0; i < nq; i++)
@@ -1148,7 +1162,7 @@ gpuivf_worker_search(PG_FUNCTION_ARGS)
     gpuivf_device = GPUIVF_DEVICE_GPU;
     PG_TRY();
     {
-        served = GpuivfWorkerSearch(index, 1, &query, &hits, &nhits, NULL);
+        served = GpuivfWorkerSearch(index, 1, &query, &hits, &nhits, NULL, &meta);
     }
     PG_FINALLY();
     {

@@ -540,6 +540,7 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
         params.rerank_candidates = gq[0].candidates;
         params.query_k = s->qk;
         params.query_nprobe = qnp;
+        params.host_arrays = 1;     /* all palloc'd */
         GpuivfAddSeconds(&GpuivfTimes.prepare, &t0);
         INSTR_TIME_SET_CURRENT(s->started);
         st = GpuivfCuda.gpuivf_cuda_index_search_async(s->res, ref.gindex, queries, nq, &params,

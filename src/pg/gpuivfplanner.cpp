@@ -1162,7 +1162,7 @@ LoadChunk(BatchState *bs)
         for (int i = 0; i < nq; i++)
             qs[i] = bs->queries[qrow[i]];
         INSTR_TIME_SET_CURRENT(start);
-        GpuivfSearchBatch(bs->index, nq, qs, qhits, qnhits, &st);
+        GpuivfSearchBatch(bs->index, nq, qs, qhits, qnhits, &st, &meta);
         INSTR_TIME_SET_CURRENT(elapsed);
         INSTR_TIME_SUBTRACT(elapsed, start);
         MemoryContextSwitchTo(oldcxt);

@@ -70,7 +70,7 @@ typedef struct GpuivfScanOpaqueData
 {
     MemoryContext scan_ctx;     /* lives as long as the scan */
     MemoryContext query_ctx;    /* reset at every rescan */
-    BufferAccessStrategy bas;   /* for exact scans over all pages */
+    BufferAccessStrategy bas;   /* for exact scans over all pages (made by the first) */
 
     /* the query, set by rescan (in query_ctx) */
     bool        no_rows;        /* ORDER BY col <op> NULL */
@@ -425,6 +425,14 @@ GpuivfScanExact(Relation index, GpuivfScanOpaque so)
     BlockNumber nblocks = RelationGetNumberOfBlocks(index);
     int         dims = so->meta.dims;
 
+    if (so->bas == NULL)
+    {
+        /* made here, not at beginscan: only exact scans read every page */
+        MemoryContext oldcxt = MemoryContextSwitchTo(so->scan_ctx);
+
+        so->bas = GetAccessStrategy(BAS_BULKREAD);
+        MemoryContextSwitchTo(oldcxt);
+    }
     for (BlockNumber blkno = GPUIVF_METAPAGE_BLKNO + 1; blkno < nblocks; blkno++)
     {
         Buffer      buf;
@@ -495,7 +503,7 @@ GpuivfScanRoundOne(Relation index, GpuivfScanOpaque so)
     }
     else
     {
-        GpuivfSearchBatch(index, 1, &so->q, &hits, &nhits, &st);
+        GpuivfSearchBatch(index, 1, &so->q, &hits, &nhits, &st, &so->meta);
         so->stats.on_gpu += st.on_gpu ? 1 : 0;
         so->stats.batch_sum += st.batch_size;
         so->stats.gpu_ms += st.gpu_ms;
@@ -515,8 +523,9 @@ GpuivfScanRoundOne(Relation index, GpuivfScanOpaque so)
     }
     so->nround1 = nhits;
     so->nsorted = so->nresults;     /* hits come sorted */
-    if (nhits > 1)
-        qsort(so->round1_ids, nhits, sizeof(uint64), GpuivfCompareIds);
+    /* std::sort, not qsort: inlined comparisons; every statement sorts its
+     * k ids here */
+    std::sort(so->round1_ids, so->round1_ids + nhits);
     pfree(hits);
 }
 
@@ -811,7 +820,7 @@ gpuivfbeginscan(Relation index, int nkeys, int norderbys)
     so->scan_ctx = scan_ctx;
     so->query_ctx = AllocSetContextCreate(scan_ctx, "gpuivf scan query",
                                           ALLOCSET_DEFAULT_SIZES);
-    so->bas = GetAccessStrategy(BAS_BULKREAD);
+    so->bas = NULL;             /* the first exact scan makes it */
     so->phase = GPUIVF_PHASE_DONE;
     so->no_rows = true;
     so->filter_sel = 1.0;
@@ -934,7 +943,7 @@ gpuivfendscan(IndexScanDesc scan)
 {
     GpuivfScanOpaque so = (GpuivfScanOpaque) scan->opaque;
 
-    FreeAccessStrategy(so->bas);
+    FreeAccessStrategy(so->bas);  /* NULL is allowed */
     MemoryContextDelete(so->scan_ctx);
     scan->opaque = NULL;
     scan->xs_orderbyvals = NULL;

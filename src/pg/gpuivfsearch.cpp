@@ -516,10 +516,12 @@ GpuivfCheckDevice(void)
                  errhint("Set gpuivf.device to \"auto\" or \"cpu\" to run gpuivf scans on the CPU.")));
 }
 
-/* The CPU engine in this backend (see the file comment). */
+/* The CPU engine in this backend (see the file comment); meta as for
+ * GpuivfSearchBatch. */
 static void
 GpuivfSearchBatchCpu(Relation index, int nq, const GpuivfQuery *queries,
-                     GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats)
+                     GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats,
+                     const GpuivfMetaPageData *meta)
 {
     MemoryContext caller = CurrentMemoryContext;
     SearchScratch s;
@@ -535,7 +537,10 @@ GpuivfSearchBatchCpu(Relation index, int nq, const GpuivfQuery *queries,
     s.ctx = AllocSetContextCreate(caller, "gpuivf search", ALLOCSET_DEFAULT_SIZES);
     MemoryContextSwitchTo(s.ctx);
 
-    GpuivfReadMeta(index, &s.meta);
+    if (meta != NULL)
+        s.meta = *meta;
+    else
+        GpuivfReadMeta(index, &s.meta);
     s.metric = (gpuivf::Metric) s.meta.metric;
     s.dims = (int) s.meta.dims;
     s.code_size = s.meta.code_size;
@@ -612,7 +617,8 @@ GpuivfSearchBatchCpu(Relation index, int nq, const GpuivfQuery *queries,
  */
 void
 GpuivfSearchBatch(Relation index, int nq, const GpuivfQuery *queries,
-                  GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats)
+                  GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats,
+                  const GpuivfMetaPageData *given_meta)
 {
     GpuivfMetaPageData meta;
     bool        temp;
@@ -628,11 +634,14 @@ GpuivfSearchBatch(Relation index, int nq, const GpuivfQuery *queries,
     GpuivfCheckDevice();
     if (gpuivf_device == GPUIVF_DEVICE_CPU)
     {
-        GpuivfSearchBatchCpu(index, nq, queries, hits, nhits, stats);
+        GpuivfSearchBatchCpu(index, nq, queries, hits, nhits, stats, given_meta);
         return;
     }
 
-    GpuivfReadMeta(index, &meta);
+    if (given_meta != NULL)
+        meta = *given_meta;
+    else
+        GpuivfReadMeta(index, &meta);
     temp = index->rd_rel->relpersistence == RELPERSISTENCE_TEMP;
     gpu_which = (int *) palloc(sizeof(int) * nq);
     cpu_which = (int *) palloc(sizeof(int) * nq);
@@ -666,7 +675,7 @@ GpuivfSearchBatch(Relation index, int nq, const GpuivfQuery *queries,
             sub[i] = queries[gpu_which[i]];
         memset(&st, 0, sizeof(st));
         /* false: the CPU answers (auto; counted inside), gpu has raised */
-        if (GpuivfWorkerSearch(index, ngpu, sub, subhits, subn, &st))
+        if (GpuivfWorkerSearch(index, ngpu, sub, subhits, subn, &st, &meta))
         {
             for (int i = 0; i < ngpu; i++)
             {
@@ -686,7 +695,7 @@ GpuivfSearchBatch(Relation index, int nq, const GpuivfQuery *queries,
     }
 
     if (ncpu == nq)
-        GpuivfSearchBatchCpu(index, nq, queries, hits, nhits, stats);
+        GpuivfSearchBatchCpu(index, nq, queries, hits, nhits, stats, &meta);
     else if (ncpu > 0)
     {
         GpuivfQuery *sub = (GpuivfQuery *) palloc(sizeof(GpuivfQuery) * ncpu);
@@ -696,7 +705,7 @@ GpuivfSearchBatch(Relation index, int nq, const GpuivfQuery *queries,
 
         for (int i = 0; i < ncpu; i++)
             sub[i] = queries[cpu_which[i]];
-        GpuivfSearchBatchCpu(index, ncpu, sub, subhits, subn, &st);
+        GpuivfSearchBatchCpu(index, ncpu, sub, subhits, subn, &st, &meta);
         for (int i = 0; i < ncpu; i++)
         {
             hits[cpu_which[i]] = subhits[i];

@@ -87,7 +87,6 @@ ShmemStartupHook(void)
         GpuivfShmem->nworkers = GpuivfRegisteredWorkers;
         GpuivfShmem->nslots = MaxBackends;
         GpuivfShmem->payload_bytes = PayloadBytes();
-        pg_atomic_init_u64(&GpuivfShmem->next_serial, 1);
         pg_atomic_init_u32(&GpuivfShmem->max_slot, 0);
         pg_atomic_init_u64(&GpuivfShmem->fallbacks_no_worker, 0);
         for (int i = 0; i < GPUIVF_MAX_WORKERS; i++)
@@ -148,6 +147,22 @@ GpuivfWorkerAlive(const GpuivfWorkerSlot *w, uint64 incarnation)
     return alive;
 }
 
+/*
+ * A worker's state, read without its spinlock.  Every search asks several
+ * times whether a worker is ready (the scan's and the search's device
+ * checks, the worker search itself, the wait);
+ * with the spinlock each ask was a write to the worker slot's cache line, so
+ * at 64 clients that line bounced between all backends.  The state is one
+ * aligned int that its worker writes under the mutex: a plain read returns a
+ * value it had, which is all the locked read gave (the state may change
+ * right after either way).  GpuivfTakeRequests reads it the same way.
+ */
+static inline int
+WorkerState(const GpuivfWorkerSlot *w)
+{
+    return ((const volatile GpuivfWorkerSlot *) w)->state;
+}
+
 /* Workers that take requests now. */
 int
 GpuivfReadyWorkers(void)
@@ -157,14 +172,8 @@ GpuivfReadyWorkers(void)
     if (GpuivfShmem == NULL)
         return 0;
     for (int i = 0; i < GpuivfShmem->nworkers; i++)
-    {
-        GpuivfWorkerSlot *w = &GpuivfShmem->workers[i];
-
-        SpinLockAcquire(&w->mutex);
-        if (w->state == GPUIVF_WORKER_READY)
+        if (WorkerState(&GpuivfShmem->workers[i]) == GPUIVF_WORKER_READY)
             n++;
-        SpinLockRelease(&w->mutex);
-    }
     return n;
 }
 
@@ -172,21 +181,17 @@ GpuivfReadyWorkers(void)
 bool
 GpuivfWorkerReady(int worker)
 {
-    GpuivfWorkerSlot *w;
-    bool        ready;
-
     if (GpuivfShmem == NULL || worker < 0 || worker >= GpuivfShmem->nworkers)
         return false;
-    w = &GpuivfShmem->workers[worker];
-    SpinLockAcquire(&w->mutex);
-    ready = w->state == GPUIVF_WORKER_READY;
-    SpinLockRelease(&w->mutex);
-    return ready;
+    return WorkerState(&GpuivfShmem->workers[worker]) == GPUIVF_WORKER_READY;
 }
 
 /*
  * Wake one idle ready worker (the preferred one when it is ready).  When all
- * are busy nobody is woken: each looks at the queue before it sleeps.
+ * are busy nobody is woken: each looks at the queue before it sleeps.  A
+ * worker that is not idle is passed over without its spinlock (idle is an
+ * atomic, read after the barrier as before): under load every worker is
+ * busy, and the submit then writes to no worker's cache line.
  */
 void
 GpuivfWakeWorker(int preferred)
@@ -200,6 +205,8 @@ GpuivfWakeWorker(int preferred)
         GpuivfWorkerSlot *w = &GpuivfShmem->workers[i];
         Latch      *latch = NULL;
 
+        if (pg_atomic_read_u32(&w->idle) == 0)
+            continue;
         SpinLockAcquire(&w->mutex);
         if (w->state == GPUIVF_WORKER_READY && pg_atomic_read_u32(&w->idle) != 0)
             latch = w->latch;
@@ -375,7 +382,6 @@ GpuivfSubmit(GpuivfRequestSlot *slot)
 {
     int         slotno = (int) (slot - GpuivfShmem->slots);
 
-    slot->serial = pg_atomic_fetch_add_u64(&GpuivfShmem->next_serial, 1);
     slot->submitted_at = GetCurrentTimestamp();
     CoverSlot(slotno);
     SpinLockAcquire(&slot->mutex);

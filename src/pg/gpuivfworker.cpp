@@ -716,7 +716,10 @@ GpuivfWorkerMain(Datum main_arg)
             ReloadConfigIfPending(w);
             continue;
         }
-        pg_atomic_write_u32(&w->idle, 0);
+        /* written only when it changes: backends read idle at every
+         * submit, and a store dirties their copies of the line */
+        if (pg_atomic_read_u32(&w->idle) != 0)
+            pg_atomic_write_u32(&w->idle, 0);
         GpuivfAddSeconds(&GpuivfTimes.take, &t_loop);
         if (gpuivf_batch_delay > 0 && n < GPUIVF_MAX_TAKE)
         {

@@ -51,10 +51,17 @@ typedef struct GpuivfShownIndex
     int         shard;          /* the lists l with l % nshards == shard */
 } GpuivfShownIndex;
 
-typedef struct GpuivfWorkerSlot
+/*
+ * Worker and request slots start on a cache line of their own
+ * (PG_CACHE_LINE_SIZE; shared memory is allocated line-aligned): a backend
+ * spinning on its slot's mutex and state then shares no line with the
+ * answer its neighbour's slot is being written, nor with a worker slot.
+ */
+typedef struct alignas(PG_CACHE_LINE_SIZE) GpuivfWorkerSlot
 {
     slock_t     mutex;          /* protects everything but the atomics */
-    int         state;          /* GpuivfWorkerState */
+    int         state;          /* GpuivfWorkerState; written under mutex,
+                                 * also read without it (gpuivfshmem.cpp) */
     int         pid;
     uint64      incarnation;    /* +1 at every start of this slot's worker */
     int         device;         /* CUDA device ordinal */
@@ -118,14 +125,13 @@ typedef enum GpuivfResultCode
  * One slot per PGPROC (slot number = pgprocno), so a backend never competes
  * for a slot; the payload area of each slot is gpuivf.request_buffer bytes.
  */
-typedef struct GpuivfRequestSlot
+typedef struct alignas(PG_CACHE_LINE_SIZE) GpuivfRequestSlot
 {
     slock_t     mutex;          /* state, abandoned, taken_* */
     int         state;          /* GpuivfRequestState */
     bool        abandoned;      /* the backend left while TAKEN: worker frees it */
     int         taken_by;       /* worker number */
     uint64      taken_incarnation;
-    uint64      serial;         /* request number, for messages */
     TimestampTz submitted_at;
     TimestampTz taken_at;
 
@@ -168,7 +174,6 @@ typedef struct GpuivfShared
     int         nworkers;       /* registered at start-up */
     int         nslots;         /* MaxBackends */
     Size        payload_bytes;  /* per slot */
-    pg_atomic_uint64 next_serial;
     pg_atomic_uint32 max_slot;  /* 1 + highest slot ever submitted to */
     pg_atomic_uint64 fallbacks_no_worker;  /* requests no worker could take */
     GpuivfWorkerSlot workers[GPUIVF_MAX_WORKERS];
