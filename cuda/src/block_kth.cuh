@@ -95,6 +95,21 @@ __device__ __forceinline__ int warp_append_slot(bool take, int *counter) {
     return take ? base + __popc(m & ((1u << lane) - 1u)) : -1;
 }
 
+/* Hand each key of keys[0, n) at or below t to take(slot, key), the slots
+ * counted up from *counter (a shared int that every thread sees as 0 when
+ * this starts); block-wide, one atomic a warp.  With t from block_kth_key
+ * that is exactly the k best, in no particular order. */
+template <typename Take>
+__device__ __forceinline__ void block_take_at_or_below(const Key *keys, int n, Key t, int *counter, int threads,
+                                                       Take take) {
+    for (int b = 0; b < n; b += threads) {
+        const int i = b + threadIdx.x;
+        const Key key = i < n ? keys[i] : kSentinelKey;
+        const int at = warp_append_slot(i < n && key <= t, counter);
+        if (at >= 0) take(at, key);
+    }
+}
+
 }  // namespace gpuivf_cuda
 
 #endif /* GPUIVF_CUDA_BLOCK_KTH_CUH */

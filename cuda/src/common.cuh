@@ -134,6 +134,22 @@ __device__ __forceinline__ void prefetch_l2(const void *p, size_t bytes) {
 __device__ __forceinline__ Key key_min(Key a, Key b) { return a < b ? a : b; }
 __device__ __forceinline__ Key key_max(Key a, Key b) { return a < b ? b : a; }
 
+/* Compare-exchange of one register row between lanes `lane` and
+ * `lane ^ stride`: the lower lane of the pair keeps the smaller key when the
+ * pair is to end ascending. */
+__device__ __forceinline__ Key lane_exchange(Key v, int stride, bool ascending, int lane) {
+    const Key other = __shfl_xor_sync(kFullMask, v, stride);
+    const bool lower = (lane & stride) == 0;
+    return (lower == ascending) ? key_min(v, other) : key_max(v, other);
+}
+
+/* The same step of a bitonic sort over elements i (this lane's) and
+ * i ^ stride (stride < 32): ascending where the run of `size` holding i
+ * ascends. */
+__device__ __forceinline__ Key bitonic_exchange_lanes(Key v, int i, int size, int stride) {
+    return lane_exchange(v, stride, (i & size) == 0, i);
+}
+
 /* -------------------------------------- src/core's arithmetic, on the GPU */
 
 /*
@@ -265,18 +281,6 @@ __host__ __device__ __forceinline__ double score_to_distance(Metric m, float sco
     }
     return 0.0;
 }
-
-#ifdef __CUDACC__
-/* Compare-exchange of a bitonic sort for element i (held by this lane) and
- * its partner i ^ stride (held by lane ^ stride, stride < 32): keep the
- * smaller key where the run of `size` ascends and i is the lower index, the
- * larger otherwise. */
-__device__ __forceinline__ Key bitonic_exchange_lanes(Key v, int i, int size, int stride) {
-    const Key other = __shfl_xor_sync(0xffffffffu, v, stride);
-    const bool keep_min = ((i & size) == 0) == ((i & stride) == 0);
-    return keep_min ? (other < v ? other : v) : (other < v ? v : other);
-}
-#endif
 
 }  // namespace gpuivf_cuda
 

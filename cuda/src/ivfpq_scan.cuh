@@ -262,15 +262,15 @@ struct ScanQueueLength {
  * Collect-then-select (k-buckets kScanCollectMinW..kScanCollectMaxW): the
  * block appends every code whose key beats its running bound to one shared
  * buffer, and when the buffer could overflow, and at the end, cuts it to
- * its k best: the k-th key by bisection over the key range (block-wide
- * counts, one barrier a step), then the keys at or below it.  Why: a block
+ * its k best: the k-th key by radix selection (block_kth.cuh), then the
+ * keys at or below it.  Why: a block
  * of the GPU worker's
  * scan sees one list (~1,000 codes) for a query that keeps 200 candidates,
  * so each warp's WarpSelect queue never filled, never had a threshold, and
  * took every code through its thread queue, bitonic merges and the block
  * merge (measured, session 8: that selection was 35-45 % of the scan's
  * throughput at 200 candidates).  The result is the same: the k best keys,
- * ascending.
+ * ascending (or, for the re-rank, in any order with the run's bound).
  */
 
 /* Dynamic shared memory of the scan's selection (the host's
@@ -308,12 +308,9 @@ __device__ void collect_cut(const Key *buf, int n, int k, Key *out, CollectShare
     const Key t = block_kth_key(buf, n, k, cs.kth, kWarps);
     if (threadIdx.x == 0) cs.kept = 0;
     __syncthreads();
-    for (int b = 0; b < n; b += kWarps * 32) {
-        const int i = b + threadIdx.x;
-        const Key key = i < n ? buf[i] : kSentinelKey;
-        const int at = warp_append_slot(i < n && key <= t, &cs.kept);
-        if (at >= 0 && at < k) out[at] = key;
-    }
+    block_take_at_or_below(buf, n, t, &cs.kept, kWarps * 32, [&](int at, Key key) {
+        if (at < k) out[at] = key;
+    });
     if (threadIdx.x == 0) cs.bound = t;
     __syncthreads();
 }

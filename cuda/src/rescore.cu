@@ -3,7 +3,8 @@
  *  1. the row's candidates: its keys, or, when the row is the runs of a
  *     scan's probe splits, its k best keys chosen here (every run is cut
  *     at the smallest of the runs' k-th keys, which no key of the k best
- *     passes, then the k-th of the survivors by bisection, block_kth.cuh),
+ *     passes, then the k-th of the survivors by radix selection,
+ *     block_kth.cuh),
  *     so a search needs no merge kernel between the scan and the re-rank,
  *     and the scan need not sort its runs;
  *  2. their values and ids in shared memory, and every candidate's vector
@@ -132,12 +133,9 @@ __global__ void __launch_bounds__(kMaxThreads) rescore_kernel(const RescoreArgs 
         const int s = survivors;
         const Key t = s > kr ? block_kth_key(run_survivors, s, kr, kth, threads / 32) : kSentinelKey;
         const int got = s > kr ? kr : s; /* keys are distinct: exactly kr at or below t */
-        for (int b = 0; b < s; b += threads) {
-            const int i = b + threadIdx.x;
-            const Key key = i < s ? run_survivors[i] : kSentinelKey;
-            const int at = warp_append_slot(i < s && key <= t, &taken);
-            if (at >= 0 && at < got) place(at, key);
-        }
+        block_take_at_or_below(run_survivors, s, t, &taken, threads, [&](int at, Key key) {
+            if (at < got) place(at, key);
+        });
         for (int e = got + threadIdx.x; e < n; e += threads) place(e, kSentinelKey);
     } else {
         for (int e = threadIdx.x; e < n; e += threads) place(e, a.keys[row * a.key_ld + e]);

@@ -50,6 +50,12 @@ T *pinned_array(Resources &res, int64_t count) {
     return static_cast<T *>(pinned_alloc(res, sizeof(T) * static_cast<size_t>(count)));
 }
 
+/* A pinned array as kernels address it. */
+template <typename T>
+T *pinned_on_device(const Resources &res, T *p) {
+    return reinterpret_cast<T *>(res.pinned_device + (reinterpret_cast<char *>(p) - res.pinned));
+}
+
 /* The pinned bytes of one search (64-byte rounded per array). */
 size_t pinned_need(int64_t nq, int d, int k) {
     auto r = [](int64_t b) { return static_cast<size_t>(round_up(b, 64)); };
@@ -79,9 +85,6 @@ bool record(Resources &res, Index &ix, const float *queries, int64_t nq, const S
     std::memcpy(g.queries, queries, sizeof(float) * nq * ix.d);
     search_query_ks(p, nq, g.qk, g.kscan);
     if (g.qnp) std::memcpy(g.qnp, p.query_nprobe, sizeof(int32_t) * nq);
-    /* the results' pinned arrays as the kernels address them */
-    double *out_d = reinterpret_cast<double *>(res.pinned_device + (reinterpret_cast<char *>(g.distances) - res.pinned));
-    uint64_t *out_i = reinterpret_cast<uint64_t *>(res.pinned_device + (reinterpret_cast<char *>(g.ids) - res.pinned));
 
     cudaGraph_t graph = nullptr;
     GPUIVF_CUDA_TRY(cudaStreamBeginCapture(res.stream, cudaStreamCaptureModeRelaxed));
@@ -92,7 +95,8 @@ bool record(Resources &res, Index &ix, const float *queries, int64_t nq, const S
         sp.staged_qk = reinterpret_cast<const int32_t *>(din.data() + q_bytes);
         sp.staged_kscan = reinterpret_cast<const int32_t *>(din.data() + q_bytes + a_bytes);
         if (g.qnp) sp.staged_qnp = reinterpret_cast<const int32_t *>(din.data() + q_bytes + 2 * a_bytes);
-        index_search(res, ix, reinterpret_cast<const float *>(din.data()), nq, sp, out_d, out_i);
+        index_search(res, ix, reinterpret_cast<const float *>(din.data()), nq, sp, pinned_on_device(res, g.distances),
+                     pinned_on_device(res, g.ids));
         /* end the capture while the buffers are still held: a miss's
          * cudaFree must not happen inside it */
         GPUIVF_CUDA_TRY(cudaStreamEndCapture(res.stream, &graph));

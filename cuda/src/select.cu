@@ -88,10 +88,10 @@ __device__ __forceinline__ int count_below(const Key *run, int n, Key x, bool or
  * element's place is its place in its own run plus, by bisection, the keys
  * of the other run before it (ties to the first run, so places are
  * distinct): every element of a level at once, no compare-exchange network.
- * The GPU worker's calls end here (32 probes' runs of 200 candidates: the
- * select kernel's queue merges took 38 µs for it).  The output is the
- * select kernel's: the row's k best ascending, then sentinels, out_count
- * keys.
+ * It serves long rows split over blocks, and a scan's runs the re-rank
+ * cannot take itself (rescore_takes_runs; the GPU worker's calls do not come
+ * here).  The output is the select kernel's: the row's k best ascending,
+ * then sentinels, out_count keys.
  */
 __global__ void __launch_bounds__(kMergeRunsThreads) merge_sorted_runs_kernel(const Key *keys, int64_t ld, int runs,
                                                                               int run_len, const int32_t *row_k,

@@ -49,15 +49,6 @@ struct Log2<1> {
     static constexpr int value = 0;
 };
 
-/* Compare-exchange of one register row between lanes `lane` and
- * `lane ^ stride`: the lower lane of the pair keeps the smaller key when the
- * pair is to end ascending. */
-__device__ __forceinline__ Key lane_exchange(Key v, int stride, bool ascending, int lane) {
-    const Key other = __shfl_xor_sync(kFullMask, v, stride);
-    const bool lower = (lane & stride) == 0;
-    return (lower == ascending) ? key_min(v, other) : key_max(v, other);
-}
-
 /* Bitonic sort of the 32 * R keys of v (element e = r * 32 + lane), ascending. */
 template <int R>
 __device__ __forceinline__ void warp_sort_keys(Key (&v)[R], int lane) {
