@@ -427,6 +427,10 @@ typedef struct GpuivfIndexState
 
 /* gpuivfmeta.cpp: metapage and the per-backend model cache */
 void        GpuivfReadMeta(Relation index, GpuivfMetaPageData *meta);
+/* *meta = *given (a copy the caller read earlier in this statement), or read
+ * here when given is NULL */
+void        GpuivfGivenOrReadMeta(Relation index, const GpuivfMetaPageData *given,
+                                  GpuivfMetaPageData *meta);
 void        GpuivfCheckFormat(Relation index, const GpuivfMetaPageData *meta);
 /* The returned state lives in rd_amcache, which a relcache invalidation frees:
  * call it again at every amgettuple/aminsert, never keep the pointer across

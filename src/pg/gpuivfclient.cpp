@@ -244,7 +244,7 @@ ShardCount(const GpuivfMetaPageData *meta)
         volatile GpuivfWorkerSlot *w = &GpuivfShmem->workers[i];
         int64       wlimit;
 
-        if (w->state != GPUIVF_WORKER_READY)
+        if (!GpuivfWorkerReady(i))
             continue;
         pg_read_barrier();
         wlimit = w->memory_limit;
@@ -553,10 +553,7 @@ GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
         return false;
     if (index->rd_rel->relpersistence == RELPERSISTENCE_TEMP)
         return false;           /* local buffers: only this backend can read them */
-    if (given_meta != NULL)
-        meta = *given_meta;
-    else
-        GpuivfReadMeta(index, &meta);
+    GpuivfGivenOrReadMeta(index, given_meta, &meta);
     if (!GpuivfMetaIsTrained(&meta) || meta.dims == 0 || meta.lists > GPUIVF_CUDA_MAX_LISTS)
         return false;
     for (int i = 0; i < nq; i++)

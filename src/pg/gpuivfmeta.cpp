@@ -42,6 +42,16 @@ GpuivfReadMeta(Relation index, GpuivfMetaPageData *meta)
     GpuivfCheckFormat(index, meta);
 }
 
+/* The metapage a caller already read in this statement, else read now. */
+void
+GpuivfGivenOrReadMeta(Relation index, const GpuivfMetaPageData *given, GpuivfMetaPageData *meta)
+{
+    if (given != NULL)
+        *meta = *given;
+    else
+        GpuivfReadMeta(index, meta);
+}
+
 /*
  * Magic and format version.  A version this build does not read is not
  * corruption: the index was written by another gpuivf version, and REINDEX

@@ -537,10 +537,7 @@ GpuivfSearchBatchCpu(Relation index, int nq, const GpuivfQuery *queries,
     s.ctx = AllocSetContextCreate(caller, "gpuivf search", ALLOCSET_DEFAULT_SIZES);
     MemoryContextSwitchTo(s.ctx);
 
-    if (meta != NULL)
-        s.meta = *meta;
-    else
-        GpuivfReadMeta(index, &s.meta);
+    GpuivfGivenOrReadMeta(index, meta, &s.meta);
     s.metric = (gpuivf::Metric) s.meta.metric;
     s.dims = (int) s.meta.dims;
     s.code_size = s.meta.code_size;
@@ -638,10 +635,7 @@ GpuivfSearchBatch(Relation index, int nq, const GpuivfQuery *queries,
         return;
     }
 
-    if (given_meta != NULL)
-        meta = *given_meta;
-    else
-        GpuivfReadMeta(index, &meta);
+    GpuivfGivenOrReadMeta(index, given_meta, &meta);
     temp = index->rd_rel->relpersistence == RELPERSISTENCE_TEMP;
     gpu_which = (int *) palloc(sizeof(int) * nq);
     cpu_which = (int *) palloc(sizeof(int) * nq);
