@@ -252,7 +252,8 @@ TEST(IvfPq, PerQueryKAndNprobe) {
 // Lists longer than the scan's collect buffer (ivfpq_scan.cuh: 2,048 keys,
 // cut to the k best when a step might overflow it), one list a block, for
 // the k-buckets that collect (k 100, 256 and the GPU worker's 200
-// candidates) and one that does not (10), then the merge of the split runs:
+// candidates) and one that does not (10), then the re-rank's choice among the
+// split runs:
 // the CPU's bits.
 TEST(IvfPq, CollectCutsLongLists) {
     REQUIRE_GPU();
