@@ -16,7 +16,7 @@ case $what in
   select) arg=--select-only; keys='select_k(100|10)_(ms|pct)' ;;
   knn) arg=--knn-only; keys='knn_' ;;
   ivfpq) arg=--ivfpq-only; keys='^ *(ivfpq[a-z0-9_]*_(ms|QPS|recall10)|ivf_coarse_only_ms|worker_(auto|perlist)_b(1|16|64|256)_us)' ;;
-  worker) arg=--worker-only; keys='^ *worker_(perlist_b(1|8|16|64)_us|tput_[a-z0-9_]*_s(2|4|8)_b(4|8|16)_qps)' ;;
+  worker) arg=--worker-only; keys='^ *worker_(perlist_b(1|8|16|64)_us|perlist_b(1|16|64)_enqueue_us|tput_[a-z0-9_]*_s(2|4|8)_b(4|8|16)_qps)' ;;
   *) echo "usage: ab.sh select|knn|ivfpq|worker FLAGS ..."; exit 2 ;;
 esac
 jobs=$(( 16 / $# )); [ $jobs -lt 2 ] && jobs=2

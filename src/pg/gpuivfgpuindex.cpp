@@ -863,32 +863,33 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
 }
 
 /* The copy of req's index, loaded or brought up to req's generation. */
+/* The cached copy of the request's index (or shard), or NULL. */
 static GpuIndex *
-GetCopy(const GpuivfRequestSlot *req, uint64 generation)
+FindCopy(const GpuivfRequestSlot *req)
 {
-    GpuIndex   *ix = NULL;
-    GpuIndex   *free_slot = NULL;
-
     for (int i = 0; i < GPUIVF_MAX_CACHED; i++)
     {
         GpuIndex   *c = &Cache[i];
 
-        if (!c->in_use)
-        {
-            if (free_slot == NULL)
-                free_slot = c;
-            continue;
-        }
-        if (c->dboid == req->dboid && RelFileNodeEquals(c->node, req->node) &&
+        if (c->in_use && c->dboid == req->dboid && RelFileNodeEquals(c->node, req->node) &&
             c->indexoid == req->indexoid && c->train_id == req->train_id &&
             c->nshards == req->nshards && c->shard == req->shard)
-        {
-            ix = c;
-            break;
-        }
+            return c;
     }
+    return NULL;
+}
+
+static GpuIndex *
+GetCopy(const GpuivfRequestSlot *req, uint64 generation)
+{
+    GpuIndex   *ix = FindCopy(req);
+    GpuIndex   *free_slot = NULL;
+
     if (ix == NULL)
     {
+        for (int i = 0; i < GPUIVF_MAX_CACHED && free_slot == NULL; i++)
+            if (!Cache[i].in_use)
+                free_slot = &Cache[i];
         if (free_slot == NULL)
         {
             EvictOne(NULL);
@@ -963,6 +964,19 @@ GpuivfGetCopyFor(const GpuivfRequestSlot *req, uint64 generation)
     ref.stores_vectors = (ix->meta.flags & GPUIVF_META_RERANK) != 0;
     ref.entries = ix->entries;
     return ref;
+}
+
+/*
+ * Whether the request's copy is loaded and at least at `generation`: then
+ * serving it reads no page (GetCopy neither loads nor catches up), and the
+ * worker serves it outside a transaction.
+ */
+bool
+GpuivfCopyIsCurrent(const GpuivfRequestSlot *req, uint64 generation)
+{
+    GpuIndex   *ix = FindCopy(req);
+
+    return ix != NULL && ix->gindex != NULL && ix->generation >= generation;
 }
 
 /*

@@ -324,6 +324,7 @@ typedef struct GpuivfCopyRef
 void        GpuivfGpuCacheInit(void);
 void        GpuivfGpuCacheReset(void);      /* drop everything (context lost) */
 GpuivfCopyRef GpuivfGetCopyFor(const GpuivfRequestSlot *req, uint64 generation);
+bool        GpuivfCopyIsCurrent(const GpuivfRequestSlot *req, uint64 generation);
 /* LOAD: the request's index's copy, brought up to the request's generation */
 void        GpuivfServeLoad(int worker, int slotno);
 void        GpuivfPublishCache(void);

@@ -12,9 +12,10 @@
 #   3. recall@10 against exact results;
 #   4. a committed insert is found by the next query on the GPU;
 #   5. QPS and p50/p99 latency for 1/16/64 pgbench clients, device=gpu vs cpu,
-#      with the mean batch size and the GPU's busy fraction, and PostgreSQL
-#      alone (the same statement shape returning ten rows by TID) as the
-#      per-statement ceiling;
+#      with the mean batch size and the GPU's busy fraction, the 64-client GPU
+#      row again with one probed list, and PostgreSQL alone (the same
+#      statement shape returning ten rows by TID, from one page and from ten
+#      random pages) as the per-statement ceiling;
 #   6. kill -9 of the worker: clear errors, the cluster restarts, GPU answers.
 # With SHARDS=n (n >= 2, needs n GPUs: gpuivf.devices lists them, or all
 # visible are used) also a sharded run (README.md, "Sharding"):
@@ -296,10 +297,18 @@ pgbench_run() {
 # with the worker's mean batch, GPU busy fraction and CPU share over it, and
 # how busy the machine's cores were.
 knn_row() {
-	local label=$1 c=$2 opts=$3 s0 s1 c0 c1 q0 q1 bt0 bt1 g0 g1 mb busy wc
+	local label=$1 c=$2 opts=$3 probes=${4:-$PROBES} s0 s1 c0 c1 q0 q1 bt0 bt1 g0 g1 mb busy wc
 	s0=$(wstat)
 	c0=$(wcpu)
-	pgbench_run "$label" "$c" "$W/knn.sql" "$opts -c gpuivf.probes=$PROBES"
+	# PERF_WORKER=S: a perf profile of the GPU worker (all its threads) over
+	# S seconds of the 64-client GPU row, into $OUT/perf_worker.txt
+	if [ -n "${PERF_WORKER:-}" ] && [ "$label" = gpu ] && [ "$c" = 64 ] && command -v perf >/dev/null; then
+		(sleep 1; perf record -g -p "$(sql "SELECT pid FROM gpuivf_stat WHERE worker = 0")" -o "$W/perf.data" -- sleep "$PERF_WORKER" >/dev/null 2>&1
+		 perf report -i "$W/perf.data" --no-children --sort sym -g none 2>/dev/null | grep -v '^#' | head -80 > "$OUT/perf_worker.txt"
+		 perf report -i "$W/perf.data" --no-children --sort tid -g none 2>/dev/null | grep -v '^#' | head -12 >> "$OUT/perf_worker.txt") &
+	fi
+	pgbench_run "$label" "$c" "$W/knn.sql" "$opts -c gpuivf.probes=$probes"
+	wait
 	c1=$(wcpu)
 	s1=$(wstat)
 	read -r q0 bt0 g0 _ <<< "$s0"
@@ -316,6 +325,15 @@ for dev in ${DEVS:-gpu cpu ${SHARDS:+gpushard}}; do
 		knn_row "$dev" "$c" "$opts"
 	done
 done
+
+# How much the 64-client throughput depends on the GPU's work per query: the
+# same row with one probed list instead of PROBES (a fraction of the scan,
+# the statement otherwise the same).  Throughput that barely moves is set by
+# what a search costs whatever its work (launches, the chain of kernels, the
+# worker's thread) and by the CPU side.
+if [ -z "${SHARDS:-}" ] && [[ " ${DEVS:-gpu cpu} " == *" gpu "* ]] && [[ " ${CLIENTS:-1 16 64} " == *" 64 "* ]]; then
+	knn_row gpu_probes1 64 "-c gpuivf.device=gpu" 1
+fi
 
 # every worker's share of the work so far (replication over several GPUs:
 # each worker keeps its own copy of the index and takes requests from the
@@ -350,6 +368,31 @@ chown "$PGUSER_OS" "$W/pgonly.sql"
 for c in ${CLIENTS:-1 16 64}; do
 	pgbench_run pgonly "$c" "$W/pgonly.sql"
 	echo "pgonly $c $TPS $LAT machine_cpu=$MCPU backend_us=$BACKEND_US (ten rows by TID, no kNN)" | tee -a "$W/bench.txt"
+done
+# The same with ten TIDs drawn at random per statement, as a kNN's ten rows
+# are: ten heap pages visited instead of one (the last page, maybe not full,
+# is left out; every other page holds RPP rows of the fixed-size table).
+NPAGES=$(sql "SELECT pg_relation_size('items') / current_setting('block_size')::int")
+RPP=$(sql "SELECT count(*) FROM items WHERE ctid >= '(0,1)'::tid AND ctid < '(1,0)'::tid")
+{
+	echo "\set q random(0, $((NQ - 1)))"
+	for i in $(seq 1 10); do
+		echo "\set p$i random(0, $((NPAGES - 2)))"
+		echo "\set l$i random(1, $RPP)"
+	done
+	printf 'SELECT id FROM items WHERE ctid = ANY (ARRAY['
+	for i in $(seq 1 10); do
+		[ "$i" -gt 1 ] && printf ', '
+		printf "('(' || :p$i::text || ',' || :l$i::text || ')')::tid"
+	done
+	echo "]) AND (SELECT v FROM queries WHERE qid = :q) IS NOT NULL;"
+} > "$W/pgrandom.sql"
+chown "$PGUSER_OS" "$W/pgrandom.sql"
+sql "EXPLAIN (COSTS OFF) $(sed -n '$p' "$W/pgrandom.sql" | sed 's/:[pl][0-9]*::text/1::text/g; s/:q/0/')" > "$W/pgrandom_plan.txt" 2>&1
+say "ten random rows by TID: $NPAGES pages of $RPP rows, plan: $(grep -m1 -oE "Tid Scan.*|Seq Scan.*" "$W/pgrandom_plan.txt")"
+for c in ${CLIENTS:-1 16 64}; do
+	pgbench_run pgrandom "$c" "$W/pgrandom.sql"
+	echo "pgrandom $c $TPS $LAT machine_cpu=$MCPU backend_us=$BACKEND_US (ten random rows by TID, no kNN)" | tee -a "$W/bench.txt"
 done
 
 
