@@ -879,25 +879,37 @@ FindCopy(const GpuivfRequestSlot *req)
     return NULL;
 }
 
+/* An unused cache entry, or NULL. */
+static GpuIndex *
+FreeCacheEntry(void)
+{
+    for (int i = 0; i < GPUIVF_MAX_CACHED; i++)
+        if (!Cache[i].in_use)
+            return &Cache[i];
+    return NULL;
+}
+
+/* Whether copy ix is loaded and at least at `generation` (else GetCopy
+ * loads or catches it up, reading pages). */
+static bool
+CopyIsCurrent(const GpuIndex *ix, uint64 generation)
+{
+    return ix->gindex != NULL && ix->generation >= generation;
+}
+
 static GpuIndex *
 GetCopy(const GpuivfRequestSlot *req, uint64 generation)
 {
     GpuIndex   *ix = FindCopy(req);
-    GpuIndex   *free_slot = NULL;
 
     if (ix == NULL)
     {
-        for (int i = 0; i < GPUIVF_MAX_CACHED && free_slot == NULL; i++)
-            if (!Cache[i].in_use)
-                free_slot = &Cache[i];
-        if (free_slot == NULL)
+        ix = FreeCacheEntry();
+        if (ix == NULL)
         {
             EvictOne(NULL);
-            for (int i = 0; i < GPUIVF_MAX_CACHED && free_slot == NULL; i++)
-                if (!Cache[i].in_use)
-                    free_slot = &Cache[i];
+            ix = FreeCacheEntry();
         }
-        ix = free_slot;
         memset(ix, 0, sizeof(*ix));
         ix->in_use = true;
         ix->dboid = req->dboid;
@@ -929,7 +941,7 @@ GetCopy(const GpuivfRequestSlot *req, uint64 generation)
         }
     }
 
-    if (ix->gindex == NULL || ix->generation < generation)
+    if (!CopyIsCurrent(ix, generation))
     {
         PG_TRY();
         {
@@ -976,7 +988,7 @@ GpuivfCopyIsCurrent(const GpuivfRequestSlot *req, uint64 generation)
 {
     GpuIndex   *ix = FindCopy(req);
 
-    return ix != NULL && ix->gindex != NULL && ix->generation >= generation;
+    return ix != NULL && CopyIsCurrent(ix, generation);
 }
 
 /*
