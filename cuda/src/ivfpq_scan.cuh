@@ -44,6 +44,19 @@
 
 namespace gpuivf_cuda {
 
+/* Add the table value v of sub-quantizer j (j4 = j % 4) in src/core's
+ * order: into s[j % 4] inside the full groups, into s0 in the tail. */
+__device__ __forceinline__ void adc_add(float v, bool tail, int j4, float &s0, float &s1, float &s2, float &s3) {
+    if (tail || j4 == 0)
+        s0 += v;
+    else if (j4 == 1)
+        s1 += v;
+    else if (j4 == 2)
+        s2 += v;
+    else
+        s3 += v;
+}
+
 /* Sum of chunk c (16 sub-quantizers) of an 8-bit code into s0..s3.  src/core
  * sums groups of eight with s[j % 4] and the last m % 8 into s0. */
 __device__ __forceinline__ void adc_chunk_8bit(const uint4 w, const float *lut, int c, int m, float &s0, float &s1,
@@ -66,14 +79,7 @@ __device__ __forceinline__ void adc_chunk_8bit(const uint4 w, const float *lut, 
             const int j = c * 16 + b;
             if (j < m) {
                 const float v = lc[b * 256 + ((words[b >> 2] >> (8 * (b & 3))) & 0xffu)];
-                if (j >= m8 || (b & 3) == 0)
-                    s0 += v;
-                else if ((b & 3) == 1)
-                    s1 += v;
-                else if ((b & 3) == 2)
-                    s2 += v;
-                else
-                    s3 += v;
+                adc_add(v, j >= m8, b & 3, s0, s1, s2, s3);
             }
         }
     }
@@ -121,14 +127,7 @@ __device__ __forceinline__ float adc_sum_4bit(const uint4 *cp, const float *lut,
                     const int j = c * 32 + jr;
                     if (j < m) {
                         const float v = lc[jr * 16 + (h ? (byte >> 4) : (byte & 15u))];
-                        if (j >= m16 || (jr & 3) == 0)
-                            s0 += v;
-                        else if ((jr & 3) == 1)
-                            s1 += v;
-                        else if ((jr & 3) == 2)
-                            s2 += v;
-                        else
-                            s3 += v;
+                        adc_add(v, j >= m16, jr & 3, s0, s1, s2, s3);
                     }
                 }
             }
