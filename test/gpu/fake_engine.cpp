@@ -28,6 +28,12 @@
  *   GPUIVF_FAKE_DEVICES=n        devices reported (default 1), so that
  *                                gpuivf.devices = '0,1' starts two workers
  *                                (test/t/103_worker_shards.pl)
+ *   GPUIVF_FAKE_INSTANT=1        searches answer at once, without searching:
+ *                                each query gets k rows of the index from a
+ *                                list chosen by its bytes (wrong answers on
+ *                                purpose).  A measurement, not a test hook:
+ *                                test/gpu/run_device.sh's "instant" row is the
+ *                                worker path with a search that costs nothing
  */
 #include <algorithm>
 #include <cstdarg>
@@ -336,14 +342,43 @@ gpuivf_cuda_status gpuivf_cuda_exact_knn(gpuivf_cuda_resources *res, int32_t met
                                        out_ids, &hook));
 }
 
+/* GPUIVF_FAKE_INSTANT: k rows of the index for each query, from the list
+ * its bytes hash to onwards, without any search. */
+static void instant_answers(const gpuivf_cuda_index *ix, const float *queries, int64_t nq,
+                            const gpuivf_cuda_search_params *p, double *out_distances, uint64_t *out_ids) {
+    for (int64_t q = 0; q < nq; q++) {
+        uint32_t h = 2166136261u;
+        const unsigned char *b = reinterpret_cast<const unsigned char *>(queries + q * ix->d);
+        for (size_t i = 0; i < sizeof(float) * static_cast<size_t>(ix->d); i++) h = (h ^ b[i]) * 16777619u;
+        int k = p->query_k ? p->query_k[q] : p->k;
+        int j = 0;
+        for (int l = 0; l < ix->nlist && j < k; l++) {
+            const FakeList &list = ix->lists[(h + static_cast<uint32_t>(l)) % static_cast<uint32_t>(ix->nlist)];
+            for (size_t i = 0; i < list.ids.size() && j < k; i++, j++) {
+                out_distances[q * p->k + j] = j;
+                out_ids[q * p->k + j] = list.ids[i];
+            }
+        }
+        for (; j < p->k; j++) {
+            out_distances[q * p->k + j] = __builtin_inf();
+            out_ids[q * p->k + j] = UINT64_MAX;
+        }
+    }
+}
+
 gpuivf_cuda_status gpuivf_cuda_index_search(gpuivf_cuda_resources *, gpuivf_cuda_index *ix, const float *queries,
                                             int64_t nq, const gpuivf_cuda_search_params *p, double *out_distances,
                                             uint64_t *out_ids) noexcept {
+    static const bool instant = getenv("GPUIVF_FAKE_INSTANT") != nullptr;
     if (fail_or_delay())
         return make_status(GPUIVF_CUDA_DEVICE_ERROR, "an illegal memory access was encountered (fake)");
     if (p->k < 1 || p->k > GPUIVF_CUDA_MAX_K || p->rerank_candidates > GPUIVF_CUDA_MAX_K)
         return make_status(GPUIVF_CUDA_INVALID_ARGUMENT, "k %d or candidates %d out of range", p->k,
                            p->rerank_candidates);
+    if (instant) {
+        instant_answers(ix, queries, nq, p, out_distances, out_ids);
+        return ok();
+    }
     try {
         gpuivf::IvfPqModel mm = ix->model();
         int d = ix->d;

@@ -15,7 +15,10 @@
 #      with the mean batch size and the GPU's busy fraction, the 64-client GPU
 #      row again with one probed list, and PostgreSQL alone (the same
 #      statement shape returning ten rows by TID, from one page and from ten
-#      random pages) as the per-statement ceiling;
+#      random pages) as the per-statement ceiling; the 64-client GPU row with
+#      the backends woken through their latches (gpuivf.answer_wait = latch),
+#      and with INSTANT_ENGINE=path of the stand-in (make fake-gpu-engine)
+#      the worker path with searches that cost nothing;
 #   6. kill -9 of the worker: clear errors, the cluster restarts, GPU answers.
 # With SHARDS=n (n >= 2, needs n GPUs: gpuivf.devices lists them, or all
 # visible are used) also a sharded run (README.md, "Sharding"):
@@ -29,8 +32,8 @@
 # build's DEBUG1 line, are printed either way); SKIP_CPU_BUILD=1 (with
 # BUILD_ONLY) leaves out the CPU one.
 # QPS_ONLY=1 builds only the GPU index and runs only the pgbench rows (DEVS,
-# default "gpu cpu"; CLIENTS, default "1 16 64"; SWEEP), for A/B runs
-# of the worker's throughput.
+# default "gpu cpu"; CLIENTS, default "1 16 64"; AB; SWEEP; INSTANT_ENGINE),
+# for A/B runs of the worker's throughput.
 # It prints a summary table last and leaves logs in $OUT.
 #
 # On the device (from the repo root):  bash test/gpu/run_device.sh .device-worker
@@ -333,6 +336,9 @@ done
 # worker's thread) and by the CPU side.
 if [ -z "${SHARDS:-}" ] && [[ " ${DEVS:-gpu cpu} " == *" gpu "* ]] && [[ " ${CLIENTS:-1 16 64} " == *" 64 "* ]]; then
 	knn_row gpu_probes1 64 "-c gpuivf.device=gpu" 1
+	# the backends asleep on their latches (woken by a signal) instead of on
+	# their slots' futex words: the two wake-ups side by side
+	knn_row gpu_latch 64 "-c gpuivf.device=gpu -c gpuivf.answer_wait=latch"
 fi
 
 # every worker's share of the work so far (replication over several GPUs:
@@ -340,6 +346,19 @@ fi
 # one queue)
 PER_WORKER=$(sql "SELECT string_agg(format('worker %s (GPU %s): %s queries in %s batches, %s indexes cached', worker, device, queries, batches, indexes_cached), '; ' ORDER BY worker) FROM gpuivf_stat")
 say "per worker: $PER_WORKER"
+
+# AB="name:PGOPTIONS|name:PGOPTIONS" AB_ROUNDS=n: the 64-client GPU row of
+# each variant, alternating, n rounds (default 3): an A/B of per-session
+# settings on one machine within one run, e.g.
+#   AB="futex:-c gpuivf.answer_wait=futex|latch:-c gpuivf.answer_wait=latch"
+if [ -n "${AB:-}" ]; then
+	IFS='|' read -r -a ab_variants <<< "$AB"
+	for round in $(seq 1 "${AB_ROUNDS:-3}"); do
+		for v in "${ab_variants[@]}"; do
+			knn_row "ab_${v%%:*}" 64 "-c gpuivf.device=gpu ${v#*:}"
+		done
+	done
+fi
 
 # SWEEP="gpuivf.search_streams=4 gpuivf.wake_thread=off": the 64-client GPU
 # row again under each setting (ALTER SYSTEM and a restart each; reset after).
@@ -354,6 +373,25 @@ done
 if [ -n "${SWEEP:-}" ]; then
 	as_pg "pg_ctl -D $W/data -m fast -w restart -l $W/server.log >/dev/null"
 	sleep 2
+fi
+
+# INSTANT_ENGINE=path of the CPU stand-in (make fake-gpu-engine): the
+# 64-client row with the worker running it with GPUIVF_FAKE_INSTANT, i.e. a
+# search that costs nothing and answers k rows of the index at once (wrong
+# rows on purpose).  What is left is the path itself: the backend, the
+# queue, the worker's thread and the wake-ups.  The GPU row's distance to it
+# is what the GPU's searches cost the throughput.
+if [ -n "${INSTANT_ENGINE:-}" ]; then
+	cp "$INSTANT_ENGINE" "$W/instant_engine.so" && chown "$PGUSER_OS" "$W/instant_engine.so"
+	sql "ALTER SYSTEM SET gpuivf.engine_library = '$W/instant_engine.so'" >/dev/null
+	as_pg "export GPUIVF_FAKE_INSTANT=1; pg_ctl -D $W/data -m fast -w restart -l $W/server.log >/dev/null"
+	sleep 2
+	sql "SET gpuivf.device = gpu; SET gpuivf.probes = $PROBES; SELECT count(*) FROM (SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE qid = 0) LIMIT 10) s" >/dev/null
+	knn_row instant 64 "-c gpuivf.device=gpu"
+	sql "ALTER SYSTEM RESET gpuivf.engine_library" >/dev/null
+	as_pg "pg_ctl -D $W/data -m fast -w restart -l $W/server.log >/dev/null"
+	sleep 2
+	sql "SET gpuivf.device = gpu; SET gpuivf.probes = $PROBES; SELECT count(*) FROM (SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE qid = 0) LIMIT 10) s" >/dev/null
 fi
 
 # PostgreSQL alone: the same statement shape (the query vector fetched by its
