@@ -20,21 +20,9 @@
  * Both sides put a full barrier between their write and their read, so a
  * request is never left with every worker asleep.  Busy workers look at the
  * queue again before sleeping: that is what grows batches under load.
- *
- * The other way, a backend sleeps until DONE on its slot's futex word
- * (gpuivf.answer_wait = futex, see "Waiting for the answer" below) or on its
- * latch (latch).
  */
 #include "gpuivf.h"
 #include "gpuivfworker.h"
-
-#ifdef GPUIVF_HAVE_FUTEX
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
-#endif
-
 
 GpuivfShared *GpuivfShmem = NULL;
 
@@ -124,11 +112,7 @@ ShmemStartupHook(void)
             pg_atomic_init_u64(&w->exact_knn, 0);
         }
         for (int i = 0; i < MaxBackends; i++)
-        {
             SpinLockInit(&GpuivfShmem->slots[i].mutex);
-            pg_atomic_init_u32(&GpuivfShmem->slots[i].answer_seq, 0);
-            pg_atomic_init_u32(&GpuivfShmem->slots[i].sleeping, 0);
-        }
     }
     LWLockRelease(AddinShmemInitLock);
 }
@@ -399,7 +383,6 @@ GpuivfSubmit(GpuivfRequestSlot *slot)
     int         slotno = (int) (slot - GpuivfShmem->slots);
 
     slot->submitted_at = GetCurrentTimestamp();
-    slot->futex_wait = gpuivf_answer_wait == GPUIVF_ANSWER_WAIT_FUTEX;
     CoverSlot(slotno);
     SpinLockAcquire(&slot->mutex);
     slot->state = GPUIVF_REQ_SUBMITTED;
@@ -407,78 +390,14 @@ GpuivfSubmit(GpuivfRequestSlot *slot)
     GpuivfWakeWorker(slot->target_worker >= 0 ? slot->target_worker : slot->preferred_worker);
 }
 
-/* ------------------------------------------------ waiting for the answer */
-
-/*
- * Why a futex.  A backend asleep in WaitLatch is woken by kill(SIGURG): the
- * signal goes through the signalfd its epoll waits on, and the backend then
- * reads the signalfd before it looks at its slot.  A futex wait on a word of
- * the slot is woken by one FUTEX_WAKE and returns.  A futex ping-pong
- * between two processes took half the system time of kill + signalfd +
- * epoll on the development VM, and on the H200 at 64 clients the backends
- * used ~3 µs less CPU a statement (src/pg/README.md, "Request queue"); the
- * worker's wake-up thread makes one such call per request.
- *
- * Protocol.  The worker writes DONE (under the slot's spinlock), then adds
- * one to answer_seq (a full barrier), then reads `sleeping` and wakes the
- * backend only when it is set.  The backend reads answer_seq before it looks
- * at the state; to sleep it sets `sleeping`, puts a full barrier, and waits
- * while answer_seq still has the value it read (the kernel compares the word
- * and sleeps atomically).  Either the worker sees `sleeping` and wakes, or
- * the backend sees the new answer_seq and does not sleep: no wake-up is
- * lost.  A stray one (an abandoned request's, a slot's earlier owner's) only
- * makes the backend look again.
- *
- * Interrupts.  Cancel, statement_timeout, terminate and procsignals arrive as
- * signals whose handlers set the latch; a futex wait with a time limit is
- * interrupted by a handler (EINTR, whatever SA_RESTART says), and a latch set
- * before the wait makes the backend not sleep.  A handler that runs between
- * that check and the system call is seen at the end of the wait's limit
- * (GPUIVF_FUTEX_WAIT_MS) at the latest, or with the answer.  Postmaster death
- * is checked after every wait, as WL_EXIT_ON_PM_DEATH does.
- */
-#define GPUIVF_FUTEX_WAIT_MS    10
-#define GPUIVF_LATCH_WAIT_MS    100
-
-/* Sleep until the worker may have answered (answer_seq moved from seq), an
- * interrupt, or a time limit; the caller looks at the slot again. */
-static void
-SleepForAnswer(GpuivfRequestSlot *slot, uint32 seq)
-{
-#ifdef GPUIVF_HAVE_FUTEX
-    if (slot->futex_wait)
-    {
-        struct timespec limit = {0, GPUIVF_FUTEX_WAIT_MS * 1000000L};
-
-        if (MyLatch->is_set)
-            return;             /* a handler ran: the caller checks interrupts */
-        pg_atomic_write_u32(&slot->sleeping, 1);
-        pg_memory_barrier();    /* announced before answer_seq is read */
-        if (pg_atomic_read_u32(&slot->answer_seq) == seq)
-        {
-            pgstat_report_wait_start(PG_WAIT_EXTENSION);
-            (void) syscall(SYS_futex, &slot->answer_seq.value, FUTEX_WAIT, seq, &limit, NULL, 0);
-            pgstat_report_wait_end();
-        }
-        pg_atomic_write_u32(&slot->sleeping, 0);
-        if (!PostmasterIsAlive())
-            proc_exit(1);
-        return;
-    }
-#endif
-    (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-                     GPUIVF_LATCH_WAIT_MS, PG_WAIT_EXTENSION);
-}
-
 /*
  * Wait until the submitted slot is DONE (then the caller reads the answer
  * and calls GpuivfReleaseSlot).  The wait is interruptible: an error or
  * FATAL (cancel, statement_timeout, terminate) withdraws or abandons the
- * request first.  It ends in bounded time when the worker disappears (a
- * check after every sleep of at most 100 ms: answered "gone").  Returns
- * false when timeout_ms (counted from the submission; 0: no limit) passed
- * first: the request is then abandoned and the slot is no longer the
- * caller's.
+ * request first.  It ends in bounded time when the worker disappears (100
+ * ms checks: answered "gone").  Returns false when timeout_ms (counted from
+ * the submission; 0: no limit) passed first: the request is then abandoned
+ * and the slot is no longer the caller's.
  */
 bool
 GpuivfWaitAnswer(GpuivfRequestSlot *slot, int timeout_ms)
@@ -491,7 +410,6 @@ GpuivfWaitAnswer(GpuivfRequestSlot *slot, int timeout_ms)
         for (;;)
         {
             int         state;
-            uint32      seq = pg_atomic_read_u32(&slot->answer_seq);
 
             SpinLockAcquire(&slot->mutex);
             state = slot->state;
@@ -524,7 +442,8 @@ GpuivfWaitAnswer(GpuivfRequestSlot *slot, int timeout_ms)
                 answered = false;
                 break;
             }
-            SleepForAnswer(slot, seq);
+            (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 100,
+                             PG_WAIT_EXTENSION);
             ResetLatch(MyLatch);
             CHECK_FOR_INTERRUPTS();
         }
@@ -630,32 +549,9 @@ GpuivfFinishRequest(int worker, int slotno)
             slot->state = GPUIVF_REQ_DONE;
     }
     SpinLockRelease(&slot->mutex);
-    /* a full barrier: DONE, then answer_seq, then `sleeping` is read */
-    pg_atomic_fetch_add_u32(&slot->answer_seq, 1);
-    /* a backend on the futex that does not sleep needs no system call; the
-     * call is made by the worker's wake-up thread when it runs
-     * (gpuivfwaker.cpp) */
-    if (!slot->futex_wait || pg_atomic_read_u32(&slot->sleeping) != 0)
-        GpuivfWakeBackend(slotno);
-}
-
-/* Wake the backend of slotno: a futex wake-up when it sleeps on its slot,
- * else its latch.  Called by the wake-up thread too: it calls nothing else
- * of PostgreSQL than SetLatch (see gpuivfwaker.cpp). */
-void
-GpuivfWakeSlotNow(int slotno)
-{
-    GpuivfRequestSlot *slot = &GpuivfShmem->slots[slotno];
-
-#ifdef GPUIVF_HAVE_FUTEX
-    if (slot->futex_wait)
-    {
-        /* not FUTEX_PRIVATE: the word is in memory shared between processes */
-        (void) syscall(SYS_futex, &slot->answer_seq.value, FUTEX_WAKE, 1, NULL, NULL, 0);
-        return;
-    }
-#endif
-    SetLatch(&GetPGProcByNumber(slotno)->procLatch);
+    /* the system call of the wake-up is made by the worker's wake-up thread
+     * when it runs (gpuivfwaker.cpp) */
+    GpuivfWakeBackend(&GetPGProcByNumber(slotno)->procLatch);
 }
 
 /* A worker on its way out answers everything it holds with "gone". */

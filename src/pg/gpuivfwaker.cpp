@@ -1,29 +1,27 @@
 /*
- * gpuivfwaker.cpp — the GPU worker's wake-up thread: wakes the backends
- * whose answers are written, so that the worker's one thread does not.
+ * gpuivfwaker.cpp — the GPU worker's wake-up thread: sets the latches of the
+ * backends whose answers are written, so that the worker's one thread does
+ * not.
  *
- * Why.  Waking a sleeping backend is a system call (a futex wake-up, or a
- * kill(SIGURG) for one that sleeps on its latch: gpuivf.answer_wait); the
- * kernel then wakes that process on another CPU.  On the GPU machine the
- * kill cost the worker's thread about 3.5 µs per request — under 64 clients
- * 40 % of its time, more than it spent waiting for the GPU — and that thread
- * is the one that takes, batches and starts every search.  Here the
- * wake-ups go through a ring to a second thread of the worker process,
- * which makes the system calls while the worker goes on.
+ * Why.  Waking a backend that sleeps in WaitLatch is a kill(SIGURG) to
+ * another process; the kernel then wakes that process on another CPU.  On
+ * the GPU machine that cost the worker's thread about 3.5 µs per request —
+ * under 64 clients 40 % of its time, more than it spent waiting for the
+ * GPU — and that thread is the one that takes, batches and starts every
+ * search.  Here the wake-ups go through a ring to a second thread of the
+ * worker process, which makes the system calls while the worker goes on.
  *
- * Why a thread may do it.  It runs GpuivfWakeSlotNow: a futex system call,
- * or SetLatch, the one PostgreSQL function the thread calls, which
- * PostgreSQL calls from signal handlers: it touches only the latch (shared
- * memory, with barriers) and the owner's pid, allocates nothing and cannot
- * raise an error.  The thread blocks every signal (they stay with the
- * worker's main thread, where PostgreSQL's handlers run) and calls nothing
- * else of PostgreSQL; its ring is plain memory and atomics.
+ * Why a thread may do it.  SetLatch is the one PostgreSQL function the
+ * thread calls, and PostgreSQL calls it from signal handlers: it touches only
+ * the latch (shared memory, with barriers) and the owner's pid, allocates
+ * nothing and cannot raise an error.  The thread blocks every signal (they
+ * stay with the worker's main thread, where PostgreSQL's handlers run) and
+ * calls nothing else of PostgreSQL; its ring is plain memory and atomics.
  *
  * Protocol.  One producer (the worker's main thread, GpuivfWakeBackend) and
- * one consumer (the thread): the producer writes a slot number into
- * ring[head] and then advances head; the consumer wakes ring[tail]'s
- * backend and advances tail.
- * A full ring, or no thread, and the producer makes the call itself.  The
+ * one consumer (the thread): the producer writes a latch into ring[head] and
+ * then advances head; the consumer sets ring[tail]'s latch and advances tail.
+ * A full ring, or no thread, and the producer sets the latch itself.  The
  * thread spins for GPUIVF_WAKER_SPIN_US after its last wake-up (under load
  * the next batch comes sooner), then sleeps on a futex: it announces
  * `sleeping`, looks at the ring once more, and waits; the producer, after
@@ -50,12 +48,12 @@
 #include "port/atomics.h"
 #include "storage/latch.h"
 
-#define GPUIVF_WAKER_RING       4096    /* wake-ups in flight (power of two) */
+#define GPUIVF_WAKER_RING       4096    /* latches in flight (power of two) */
 #define GPUIVF_WAKER_SPIN_US    50      /* spin this long before sleeping */
 
 bool        gpuivf_wake_thread = true;
 
-static int WakeRing[GPUIVF_WAKER_RING];     /* request slot numbers */
+static Latch *WakeRing[GPUIVF_WAKER_RING];
 static pg_atomic_uint64 WakeHead;   /* next slot the producer writes */
 static pg_atomic_uint64 WakeTail;   /* next slot the thread reads */
 static pg_atomic_uint32 WakerSleeping;
@@ -73,7 +71,7 @@ Futex(pg_atomic_uint32 *word, int op, uint32 val)
                    op == FUTEX_WAIT_PRIVATE ? &limit : NULL, NULL, 0);
 }
 
-/* The thread: wake the backends of the ring, spin a while, sleep. */
+/* The thread: set the latches of the ring, spin a while, sleep. */
 static void *
 WakerMain(void *)
 {
@@ -91,7 +89,7 @@ WakerMain(void *)
             pg_read_barrier();  /* the entry after the head that covers it */
             while (tail != head)
             {
-                GpuivfWakeSlotNow(WakeRing[tail & (GPUIVF_WAKER_RING - 1)]);
+                SetLatch(WakeRing[tail & (GPUIVF_WAKER_RING - 1)]);
                 tail++;
                 pg_atomic_write_u64(&WakeTail, tail);
             }
@@ -162,25 +160,25 @@ GpuivfWakerStop(void)
     WakerRunning = false;
 }
 
-/* Wake the backend of request slot slotno: through the thread when it
- * runs and the ring has room, else here. */
+/* Wake the backend that owns latch: through the thread when it runs and
+ * the ring has room, else here. */
 void
-GpuivfWakeBackend(int slotno)
+GpuivfWakeBackend(Latch *latch)
 {
     uint64      head;
 
     if (!WakerRunning)
     {
-        GpuivfWakeSlotNow(slotno);
+        SetLatch(latch);
         return;
     }
     head = pg_atomic_read_u64(&WakeHead);
     if (head - pg_atomic_read_u64(&WakeTail) >= GPUIVF_WAKER_RING)
     {
-        GpuivfWakeSlotNow(slotno);
+        SetLatch(latch);
         return;
     }
-    WakeRing[head & (GPUIVF_WAKER_RING - 1)] = slotno;
+    WakeRing[head & (GPUIVF_WAKER_RING - 1)] = latch;
     pg_write_barrier();         /* the entry before the head that covers it */
     pg_atomic_write_u64(&WakeHead, head + 1);
     pg_memory_barrier();        /* head published before `sleeping` is read */

@@ -42,15 +42,6 @@ int         gpuivf_request_buffer = 128;
 int         gpuivf_shards = 0;
 int         gpuivf_search_streams = 4;
 char       *gpuivf_engine_library = NULL;
-int         gpuivf_answer_wait = GPUIVF_ANSWER_WAIT_DEFAULT;
-
-static const struct config_enum_entry gpuivf_answer_wait_options[] = {
-#ifdef GPUIVF_HAVE_FUTEX
-    {"futex", GPUIVF_ANSWER_WAIT_FUTEX, false},
-#endif
-    {"latch", GPUIVF_ANSWER_WAIT_LATCH, false},
-    {NULL, 0, false}
-};
 
 int         GpuivfRegisteredWorkers = 0;
 int         GpuivfMyWorker = -1;
@@ -195,12 +186,6 @@ GpuivfWorkerInit(void)
                             "After it the query runs on the CPU (gpuivf.device = auto) or fails (gpu).",
                             &gpuivf_worker_timeout, 60000, 0, INT_MAX, PGC_USERSET, GUC_UNIT_MS,
                             NULL, NULL, NULL);
-    DefineCustomEnumVariable("gpuivf.answer_wait",
-                             "How a backend sleeps until the GPU worker's answer: futex or latch.",
-                             "futex (Linux): the worker wakes the backend with one futex call on its request slot; "
-                             "latch: the backend sleeps in WaitLatch and the worker sets its latch (a signal).",
-                             &gpuivf_answer_wait, GPUIVF_ANSWER_WAIT_DEFAULT, gpuivf_answer_wait_options,
-                             PGC_USERSET, 0, NULL, NULL, NULL);
 
     DefineCustomIntVariable("gpuivf.shards",
                             "Shards an index is split into across the GPU workers (0 = only when it does not fit one GPU, 1 = never).",
@@ -409,7 +394,7 @@ WorkerExit(int code, Datum arg)
     w->bytes_cached = 0;
     SpinLockRelease(&w->mutex);
     GpuivfFailTakenRequests(worker, incarnation, "the gpuivf GPU worker exited");
-    /* after the last answers: the thread wakes their backends, then ends */
+    /* after the last answers: the thread sets their latches, then ends */
     GpuivfWakerStop();
     /* the process and its CUDA context go away with it */
 }

@@ -129,11 +129,6 @@ typedef struct alignas(PG_CACHE_LINE_SIZE) GpuivfRequestSlot
 {
     slock_t     mutex;          /* state, abandoned, taken_* */
     int         state;          /* GpuivfRequestState */
-    /* waking the backend (gpuivfshmem.cpp, "Waiting for the answer") */
-    pg_atomic_uint32 answer_seq;    /* +1 after every DONE; the futex word */
-    pg_atomic_uint32 sleeping;  /* 1 while the backend sleeps on answer_seq */
-    bool        futex_wait;     /* the backend sleeps on answer_seq, not on
-                                 * its latch (gpuivf.answer_wait) */
     bool        abandoned;      /* the backend left while TAKEN: worker frees it */
     int         taken_by;       /* worker number */
     uint64      taken_incarnation;
@@ -259,21 +254,6 @@ GpuivfSearchPayloadLayout(int nq, int dims, int kmax, bool with_adc = false)
 }
 
 /* gpuivfshmem.cpp */
-/* gpuivf.answer_wait: how a backend sleeps until its answer */
-#ifdef __linux__
-#define GPUIVF_HAVE_FUTEX 1
-#endif
-typedef enum GpuivfAnswerWait
-{
-    GPUIVF_ANSWER_WAIT_FUTEX,   /* on its slot's answer_seq (Linux) */
-    GPUIVF_ANSWER_WAIT_LATCH    /* in WaitLatch; woken by SetLatch */
-} GpuivfAnswerWait;
-#ifdef GPUIVF_HAVE_FUTEX
-#define GPUIVF_ANSWER_WAIT_DEFAULT GPUIVF_ANSWER_WAIT_FUTEX
-#else
-#define GPUIVF_ANSWER_WAIT_DEFAULT GPUIVF_ANSWER_WAIT_LATCH
-#endif
-extern int  gpuivf_answer_wait;        /* gpuivf.answer_wait */
 extern GpuivfShared *GpuivfShmem;
 void        GpuivfShmemRequest(void);       /* shmem_request_hook */
 void        GpuivfShmemStartup(void);       /* shmem_startup_hook */
@@ -295,7 +275,6 @@ void        GpuivfReleaseSlot(GpuivfRequestSlot *slot);
 /* worker side */
 int         GpuivfTakeRequests(int worker, int *slotnos, int max);
 void        GpuivfFinishRequest(int worker, int slotno);
-void        GpuivfWakeSlotNow(int slotno);  /* the system call (wake-up thread) */
 void        GpuivfFailTakenRequests(int worker, uint64 incarnation, const char *why);
 
 /* gpuivfworker.cpp: the engine, loaded in the worker only */
@@ -351,11 +330,11 @@ void        GpuivfServeLoad(int worker, int slotno);
 void        GpuivfPublishCache(void);
 
 /* gpuivfwaker.cpp: backends woken by a thread of the worker, not its main
- * thread (a futex wake-up or SetLatch: all that thread does) */
+ * thread (SetLatch is the one PostgreSQL call that thread makes) */
 extern bool gpuivf_wake_thread;        /* gpuivf.wake_thread */
 bool        GpuivfWakerStart(void);
 void        GpuivfWakerStop(void);
-void        GpuivfWakeBackend(int slotno);
+void        GpuivfWakeBackend(Latch *latch);
 
 /* gpuivfgpusearch.cpp: searches, on search streams when they can */
 extern int  gpuivf_search_streams;      /* gpuivf.search_streams */

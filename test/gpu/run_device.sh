@@ -15,10 +15,9 @@
 #      with the mean batch size and the GPU's busy fraction, the 64-client GPU
 #      row again with one probed list, and PostgreSQL alone (the same
 #      statement shape returning ten rows by TID, from one page and from ten
-#      random pages) as the per-statement ceiling; the 64-client GPU row with
-#      the backends woken through their latches (gpuivf.answer_wait = latch),
-#      and with INSTANT_ENGINE=path of the stand-in (make fake-gpu-engine)
-#      the worker path with searches that cost nothing;
+#      random pages) as the per-statement ceiling; with INSTANT_ENGINE=path
+#      of the stand-in (make fake-gpu-engine) also the worker path with
+#      searches that cost nothing;
 #   6. kill -9 of the worker: clear errors, the cluster restarts, GPU answers.
 # With SHARDS=n (n >= 2, needs n GPUs: gpuivf.devices lists them, or all
 # visible are used) also a sharded run (README.md, "Sharding"):
@@ -336,9 +335,6 @@ done
 # worker's thread) and by the CPU side.
 if [ -z "${SHARDS:-}" ] && [[ " ${DEVS:-gpu cpu} " == *" gpu "* ]] && [[ " ${CLIENTS:-1 16 64} " == *" 64 "* ]]; then
 	knn_row gpu_probes1 64 "-c gpuivf.device=gpu" 1
-	# the backends asleep on their latches (woken by a signal) instead of on
-	# their slots' futex words: the two wake-ups side by side
-	knn_row gpu_latch 64 "-c gpuivf.device=gpu -c gpuivf.answer_wait=latch"
 fi
 
 # every worker's share of the work so far (replication over several GPUs:
@@ -350,7 +346,7 @@ say "per worker: $PER_WORKER"
 # AB="name:PGOPTIONS|name:PGOPTIONS" AB_ROUNDS=n: the 64-client GPU row of
 # each variant, alternating, n rounds (default 3): an A/B of per-session
 # settings on one machine within one run, e.g.
-#   AB="futex:-c gpuivf.answer_wait=futex|latch:-c gpuivf.answer_wait=latch"
+#   AB="r200:-c gpuivf.rerank_candidates=200|r100:-c gpuivf.rerank_candidates=100"
 if [ -n "${AB:-}" ]; then
 	IFS='|' read -r -a ab_variants <<< "$AB"
 	for round in $(seq 1 "${AB_ROUNDS:-3}"); do
