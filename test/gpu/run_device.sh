@@ -356,13 +356,19 @@ if [ -n "${AB:-}" ]; then
 	done
 fi
 
+# After a restart: one GPU query, so that the worker loads the index before
+# a timed row.
+warm_gpu() {
+	sql "SET gpuivf.device = gpu; SET gpuivf.probes = $PROBES; SELECT count(*) FROM (SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE qid = 0) LIMIT 10) s" >/dev/null
+}
+
 # SWEEP="gpuivf.search_streams=4 gpuivf.wake_thread=off": the 64-client GPU
 # row again under each setting (ALTER SYSTEM and a restart each; reset after).
 for set in ${SWEEP:-}; do
 	sql "ALTER SYSTEM SET ${set%%=*} = '${set#*=}'" >/dev/null
 	as_pg "pg_ctl -D $W/data -m fast -w restart -l $W/server.log >/dev/null"
 	sleep 2
-	sql "SET gpuivf.device = gpu; SET gpuivf.probes = $PROBES; SELECT count(*) FROM (SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE qid = 0) LIMIT 10) s" >/dev/null
+	warm_gpu
 	knn_row "gpu_${set#gpuivf.}" 64 "-c gpuivf.device=gpu"
 	sql "ALTER SYSTEM RESET ${set%%=*}" >/dev/null
 done
@@ -382,12 +388,12 @@ if [ -n "${INSTANT_ENGINE:-}" ]; then
 	sql "ALTER SYSTEM SET gpuivf.engine_library = '$W/instant_engine.so'" >/dev/null
 	as_pg "export GPUIVF_FAKE_INSTANT=1; pg_ctl -D $W/data -m fast -w restart -l $W/server.log >/dev/null"
 	sleep 2
-	sql "SET gpuivf.device = gpu; SET gpuivf.probes = $PROBES; SELECT count(*) FROM (SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE qid = 0) LIMIT 10) s" >/dev/null
+	warm_gpu
 	knn_row instant 64 "-c gpuivf.device=gpu"
 	sql "ALTER SYSTEM RESET gpuivf.engine_library" >/dev/null
 	as_pg "pg_ctl -D $W/data -m fast -w restart -l $W/server.log >/dev/null"
 	sleep 2
-	sql "SET gpuivf.device = gpu; SET gpuivf.probes = $PROBES; SELECT count(*) FROM (SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE qid = 0) LIMIT 10) s" >/dev/null
+	warm_gpu
 fi
 
 # PostgreSQL alone: the same statement shape (the query vector fetched by its
