@@ -862,7 +862,6 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
     return true;
 }
 
-/* The copy of req's index, loaded or brought up to req's generation. */
 /* The cached copy of the request's index (or shard), or NULL. */
 static GpuIndex *
 FindCopy(const GpuivfRequestSlot *req)
@@ -897,6 +896,7 @@ CopyIsCurrent(const GpuIndex *ix, uint64 generation)
     return ix->gindex != NULL && ix->generation >= generation;
 }
 
+/* The copy of req's index, loaded or brought up to req's generation. */
 static GpuIndex *
 GetCopy(const GpuivfRequestSlot *req, uint64 generation)
 {

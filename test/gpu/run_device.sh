@@ -396,6 +396,15 @@ if [ -n "${INSTANT_ENGINE:-}" ]; then
 	warm_gpu
 fi
 
+# The rows of PostgreSQL alone: pg_alone_rows LABEL SCRIPT WHAT, one pgbench
+# run per client count.
+pg_alone_rows() {
+	for c in ${CLIENTS:-1 16 64}; do
+		pgbench_run "$1" "$c" "$2"
+		echo "$1 $c $TPS $LAT machine_cpu=$MCPU backend_us=$BACKEND_US ($3)" | tee -a "$W/bench.txt"
+	done
+}
+
 # PostgreSQL alone: the same statement shape (the query vector fetched by its
 # id, ten rows of items returned) with the ten rows found by their TIDs
 # instead of by the kNN search: the per-statement ceiling the GPU rows are
@@ -405,10 +414,7 @@ printf '%s\n' "\\set q random(0, $((NQ - 1)))" \
 	"SELECT id FROM items WHERE ctid = ANY ('{$TIDS}'::tid[]) AND (SELECT v FROM queries WHERE qid = :q) IS NOT NULL;" \
 	> "$W/pgonly.sql"
 chown "$PGUSER_OS" "$W/pgonly.sql"
-for c in ${CLIENTS:-1 16 64}; do
-	pgbench_run pgonly "$c" "$W/pgonly.sql"
-	echo "pgonly $c $TPS $LAT machine_cpu=$MCPU backend_us=$BACKEND_US (ten rows by TID, no kNN)" | tee -a "$W/bench.txt"
-done
+pg_alone_rows pgonly "$W/pgonly.sql" "ten rows by TID, no kNN"
 # The same with ten TIDs drawn at random per statement, as a kNN's ten rows
 # are: ten heap pages visited instead of one (the last page, maybe not full,
 # is left out; every other page holds RPP rows of the fixed-size table).
@@ -430,10 +436,7 @@ RPP=$(sql "SELECT count(*) FROM items WHERE ctid >= '(0,1)'::tid AND ctid < '(1,
 chown "$PGUSER_OS" "$W/pgrandom.sql"
 sql "EXPLAIN (COSTS OFF) $(sed -n '$p' "$W/pgrandom.sql" | sed 's/:[pl][0-9]*::text/1::text/g; s/:q/0/')" > "$W/pgrandom_plan.txt" 2>&1
 say "ten random rows by TID: $NPAGES pages of $RPP rows, plan: $(grep -m1 -oE "Tid Scan.*|Seq Scan.*" "$W/pgrandom_plan.txt")"
-for c in ${CLIENTS:-1 16 64}; do
-	pgbench_run pgrandom "$c" "$W/pgrandom.sql"
-	echo "pgrandom $c $TPS $LAT machine_cpu=$MCPU backend_us=$BACKEND_US (ten random rows by TID, no kNN)" | tee -a "$W/bench.txt"
-done
+pg_alone_rows pgrandom "$W/pgrandom.sql" "ten random rows by TID, no kNN"
 
 
 # ------------------------------------------------------------ 6. kill -9
