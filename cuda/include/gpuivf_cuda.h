@@ -99,9 +99,10 @@ gpuivf_cuda_status gpuivf_cuda_set_cancel_hook(gpuivf_cuda_resources *res, gpuiv
 /* Searches of few queries from host arrays (nq <= 512, lists <= 4096) are
  * recorded as a CUDA graph on the first search of each shape (index
  * version, nq, k, nprobe, re-rank, table mode, largest scan k, which
- * per-query arrays) and replayed after: one launch instead of a dozen.  On
- * by default; 0 turns it off and drops the recorded ones (same results
- * either way: tests and benchmarks compare both). */
+ * per-query arrays, whether ADC distances are asked) and replayed after:
+ * one launch instead of a dozen.  On by default; 0 turns it off and drops
+ * the recorded ones (same results either way: tests and benchmarks compare
+ * both). */
 gpuivf_cuda_status gpuivf_cuda_set_search_graphs(gpuivf_cuda_resources *res, int32_t enabled) GPUIVF_CUDA_NOEXCEPT;
 
 typedef struct gpuivf_cuda_device_info {
@@ -282,6 +283,13 @@ typedef struct gpuivf_cuda_search_params {
                                   per-query arrays are host memory (the engine then skips
                                   asking the driver about each pointer: ~5 driver calls
                                   of a small search's host time); 0: any memory */
+    double *out_adc_distances; /* optional, nq x k like out_distances: the SQL-scale distance of the
+                                  ADC score each returned entry was selected by
+                                  (gpuivf::ivfpq_score_to_distance), +inf for padding; without
+                                  re-rank the same as out_distances.  Host or device memory as
+                                  the other outputs (host with host_arrays).  The GPU worker's
+                                  shard merge needs both of a re-ranked entry's distances; one
+                                  search gives them (asynchronously too) instead of two */
 } gpuivf_cuda_search_params;
 
 /*
@@ -289,7 +297,10 @@ typedef struct gpuivf_cuda_search_params {
  * params' k is the row stride), best first: out_distances are the SQL-scale
  * distances (with re-rank: gpuivf::metric_distance of the raw vectors, the
  * same bits as the CPU; without: gpuivf::ivfpq_score_to_distance of the ADC
- * score), out_ids the entries' ids; unused slots +inf / UINT64_MAX.
+ * score), out_ids the entries' ids; unused slots +inf / UINT64_MAX.  With
+ * the params' out_adc_distances, also each returned entry's ADC distance
+ * (delivered with the other outputs; by gpuivf_cuda_search_wait when
+ * asynchronous).
  */
 gpuivf_cuda_status gpuivf_cuda_index_search(gpuivf_cuda_resources *res, gpuivf_cuda_index *index,
                                             const float *queries, int64_t nq,

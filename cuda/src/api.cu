@@ -530,32 +530,39 @@ gpuivf_cuda_status index_search_call(gpuivf_cuda_resources *res, gpuivf_cuda_ind
         sp.query_nprobe = qnp.data();
     }
     /* from host arrays: a recorded graph of the whole search when it can */
-    double *pinned_d = nullptr;
+    double *out_adc = p.out_adc_distances;
+    double *pinned_d = nullptr, *pinned_a = nullptr;
     uint64_t *pinned_i = nullptr;
-    if ((host || (!is_device_pointer(queries) && !is_device_pointer(out_distances) && !is_device_pointer(out_ids))) &&
-        search_recorded(r, *index, queries, nq, sp, &pinned_d, &pinned_i)) {
+    if ((host || (!is_device_pointer(queries) && !is_device_pointer(out_distances) && !is_device_pointer(out_ids) &&
+                  (!out_adc || !is_device_pointer(out_adc)))) &&
+        search_recorded(r, *index, queries, nq, sp, out_adc != nullptr, &pinned_d, &pinned_i, &pinned_a)) {
         const size_t nd = sizeof(double) * static_cast<size_t>(nq) * p.k;
         const size_t ni = sizeof(uint64_t) * static_cast<size_t>(nq) * p.k;
         if (async) {
             r.pending_copies[0] = {out_distances, pinned_d, nd};
             r.pending_copies[1] = {out_ids, pinned_i, ni};
             r.npending_copies = 2;
+            if (out_adc) r.pending_copies[r.npending_copies++] = {out_adc, pinned_a, nd};
             r.search_pending = true;
             return ok_status();
         }
         sync(r);
         std::memcpy(out_distances, pinned_d, nd);
         std::memcpy(out_ids, pinned_i, ni);
+        if (out_adc) std::memcpy(out_adc, pinned_a, nd);
         return ok_status();
     }
     r.pinned_top = 0; /* the previous call is over: its pinned bytes are free */
     Input<float> q(r, queries, nq * index->d, true);
     Output<double> od(r, out_distances, nq * p.k, true);
     Output<uint64_t> oi(r, out_ids, nq * p.k, true);
+    Output<double> oa(r, out_adc, out_adc ? nq * p.k : 0, true);
+    sp.out_adc = oa.get();
     try {
         index_search(r, *index, q.get(), nq, sp, od.get(), oi.get());
         od.finish();
         oi.finish();
+        oa.finish();
     } catch (...) {
         /* nothing queued may outlive this call's pinned and arena memory */
         cudaStreamSynchronize(r.stream);
@@ -565,12 +572,14 @@ gpuivf_cuda_status index_search_call(gpuivf_cuda_resources *res, gpuivf_cuda_ind
         r.npending_copies = 0;
         od.deliver_at_wait();
         oi.deliver_at_wait();
+        oa.deliver_at_wait();
         r.search_pending = true;
         return ok_status();
     }
     sync(r);
     od.deliver();
     oi.deliver();
+    oa.deliver();
     API_END
 }
 

@@ -86,6 +86,9 @@ struct SearchParams {
      * (a recorded search, api.cu): search_query_ks's qk and kscan, and
      * query_nprobe (when given). */
     const int32_t *staged_qk = nullptr, *staged_kscan = nullptr, *staged_qnp = nullptr;
+    /* Device output, nq x k, or null: each returned entry's ADC score as a
+     * SQL-scale distance (gpuivf_cuda_search_params' out_adc_distances). */
+    double *out_adc = nullptr;
 };
 
 /* Per-query k of the output (qk) and of the scan (kscan: the re-rank
@@ -97,10 +100,12 @@ void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, c
 /* A small search from host arrays as a recorded CUDA graph
  * (search_graph.cu): recorded on the first search of its shape, replayed
  * after.  True when it was launched on res.stream; its results are then at
- * *pinned_distances / *pinned_ids once the stream is done.  False: search
- * as usual (not recordable; nothing was queued). */
-bool search_recorded(Resources &res, Index &ix, const float *queries, int64_t nq, const SearchParams &p,
-                     double **pinned_distances, uint64_t **pinned_ids);
+ * *pinned_distances / *pinned_ids (and, with adc, the ADC distances at
+ * *pinned_adc; else null there) once the stream is done.  p.out_adc is
+ * not used: the graph writes the ADC distances to pinned memory.  False:
+ * search as usual (not recordable; nothing was queued). */
+bool search_recorded(Resources &res, Index &ix, const float *queries, int64_t nq, const SearchParams &p, bool adc,
+                     double **pinned_distances, uint64_t **pinned_ids, double **pinned_adc);
 
 }  // namespace gpuivf_cuda
 

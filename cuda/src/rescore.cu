@@ -179,7 +179,22 @@ __global__ void __launch_bounds__(kMaxThreads) rescore_kernel(const RescoreArgs 
             p0 = core_lane_sum(p0);
             p1 = core_lane_sum(p1);
             p2 = core_lane_sum(p2);
+            /* The ADC distances asked for (out_adc_double): vals[e], the
+             * key's score, becomes the exact distance here, so lane 0 keeps
+             * the score's bits in index[e] instead of in another shared
+             * array (this kernel's static shared memory bounds its
+             * occupancy, also in the builds' exact kNN).  index[e] is read
+             * as a vector index only by this half-warp, in this iteration
+             * (each candidate has one half-warp, once), at its top, and not
+             * after the loop; all 32 lanes are here (same trip count), and
+             * __syncwarp orders every lane's load of index[e] before lane
+             * 0's store (the lane sums' shuffles wait for all lanes too but
+             * promise no memory order: racecheck reports the hazard without
+             * the barrier).  Empty slots keep kNoIndex: they are output as
+             * padding without it. */
+            if (a.out_adc_double) __syncwarp();
             if (valid && l == 0) {
+                if (a.out_adc_double) index[e] = __float_as_uint(static_cast<float>(vals[e]));
                 double v;
                 if (a.mode == RescoreMode::KnnExact)
                     v = a.metric == Metric::InnerProduct ? static_cast<double>(-p0) : static_cast<double>(p0);
@@ -235,18 +250,25 @@ __global__ void __launch_bounds__(kMaxThreads) rescore_kernel(const RescoreArgs 
     RESCORE_CLOCK(3);
 
     const double inf = __longlong_as_double(0x7ff0000000000000ll);
-    auto put = [&](int e, double v, uint64_t id) {
+    /* output slot e: value v, and adc, the ADC score when re-scored */
+    auto put = [&](int e, double v, float adc, uint64_t id) {
         const bool real = id != UINT64_MAX;
         if (!real) v = inf;
         if (real && a.mode == RescoreMode::Keys && a.to_distance) v = score_to_distance(a.metric, static_cast<float>(v));
         const int64_t o = row * a.out_ld + e;
         if (a.out_float) a.out_float[o] = static_cast<float>(v);
         if (a.out_double) a.out_double[o] = v;
+        if (a.out_adc_double) a.out_adc_double[o] = !real ? inf : rescores ? score_to_distance(a.metric, adc) : v;
         a.out_ids[o] = real ? id : UINT64_MAX;
     };
-    for (int e = threadIdx.x; e < n; e += threads)
-        if (rank[e] < kept && rank[e] < a.out_ld) put(rank[e], vals[e], ids[e]);
-    for (int e = kept + threadIdx.x; e < a.out_ld; e += threads) put(e, inf, UINT64_MAX);
+    for (int e = threadIdx.x; e < n; e += threads) {
+        if (rank[e] < kept && rank[e] < a.out_ld) {
+            /* re-scored: the ADC score's bits were left in index[e] (above) */
+            const float adc = rescores && a.out_adc_double ? __uint_as_float(index[e]) : 0.0f;
+            put(rank[e], vals[e], adc, ids[e]);
+        }
+    }
+    for (int e = kept + threadIdx.x; e < a.out_ld; e += threads) put(e, inf, 0.0f, UINT64_MAX);
 #ifdef GPUIVF_RESCORE_PHASE_CLOCKS
     rclk[5] = clock64();
     if (blockIdx.x == 0 && threadIdx.x == 0 && a.runs > 1)

@@ -45,6 +45,10 @@ struct RescoreArgs {
     double *out_double = nullptr;
     int32_t to_distance = 0; /* Keys mode: write score_to_distance(metric, score) */
     uint64_t *out_ids = nullptr;
+    /* optional, rows x out_ld (Keys and SqlDistance): score_to_distance of
+     * the key's score each output was selected by (Keys mode: what
+     * out_double gets), +inf for padding */
+    double *out_adc_double = nullptr;
     int64_t out_ld = 0;
 };
 

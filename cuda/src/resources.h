@@ -51,14 +51,16 @@ struct gpuivf_cuda_resources {
     size_t pinned_top = 0;
 
     /* A search started by gpuivf_cuda_index_search_async: the outputs
-     * still to copy from pinned memory when it is waited for. */
+     * still to copy from pinned memory when it is waited for (distances,
+     * ids, and the ADC distances when asked). */
     struct PendingCopy {
         void *user;
         const void *bounce;
         size_t bytes;
     };
+    static constexpr int kMaxPendingCopies = 3;
     bool search_pending = false;
-    PendingCopy pending_copies[2] = {};
+    PendingCopy pending_copies[kMaxPendingCopies] = {};
     int npending_copies = 0;
 
     /* Recorded searches (api.cu): a search of a given shape on a given
@@ -73,10 +75,11 @@ struct gpuivf_cuda_resources {
         int64_t nq;
         int32_t k, nprobe, rerank, lut_mode, kscan_max;
         bool query_k, query_nprobe;
+        bool adc; /* out_adc asked: the graph writes the ADC distances too */
         bool operator==(const SearchGraphKey &o) const {
             return index == o.index && version == o.version && nq == o.nq && k == o.k && nprobe == o.nprobe &&
                    rerank == o.rerank && lut_mode == o.lut_mode && kscan_max == o.kscan_max &&
-                   query_k == o.query_k && query_nprobe == o.query_nprobe;
+                   query_k == o.query_k && query_nprobe == o.query_nprobe && adc == o.adc;
         }
     };
     struct SearchGraph {
@@ -86,6 +89,7 @@ struct gpuivf_cuda_resources {
         int32_t *qk, *kscan, *qnp;  /* pinned: per-query k, scan k, nprobe */
         double *distances;          /* pinned: read after it ran */
         uint64_t *ids;
+        double *adc;                /* pinned, when the key's adc */
         uint64_t last_use;
     };
     std::vector<SearchGraph> search_graphs;
@@ -285,7 +289,7 @@ public:
     }
     /* deliver() later, at gpuivf_cuda_search_wait (the stream still runs) */
     void deliver_at_wait() {
-        if (bounce_ && res_.npending_copies < 2)
+        if (bounce_ && res_.npending_copies < Resources::kMaxPendingCopies)
             res_.pending_copies[res_.npending_copies++] = {user_, bounce_, sizeof(T) * static_cast<size_t>(count_)};
     }
 

@@ -201,6 +201,7 @@ void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, c
         r.to_distance = 1;
         r.out_double = out_distances + q0 * kout;
         r.out_ids = out_ids + q0 * kout;
+        r.out_adc_double = p.out_adc ? p.out_adc + q0 * kout : nullptr;
         r.out_ld = kout;
         rescore_and_sort(res, r);
     }

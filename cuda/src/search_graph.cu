@@ -10,7 +10,8 @@
  * throughput.  A CUDA graph of the whole search is one launch.
  *
  * How.  The first search of a shape — index version, batch size, k, nprobe,
- * re-rank, table mode, scan k-bucket, which per-query arrays are given —
+ * re-rank, table mode, scan k-bucket, which per-query arrays are given,
+ * whether the ADC distances are asked (one more output) —
  * runs under stream capture: its queries and per-query arrays are staged
  * through places in the resources' pinned memory (one copy in), its
  * temporary buffers come from the arena, and the re-rank writes its
@@ -56,10 +57,11 @@ T *pinned_on_device(const Resources &res, T *p) {
     return reinterpret_cast<T *>(res.pinned_device + (reinterpret_cast<char *>(p) - res.pinned));
 }
 
-/* The pinned bytes of one search (64-byte rounded per array). */
-size_t pinned_need(int64_t nq, int d, int k) {
+/* The pinned bytes of one search (64-byte rounded per array): queries,
+ * distances, ids, the ADC distances when asked, per-query arrays. */
+size_t pinned_need(int64_t nq, int d, int k, bool adc) {
     auto r = [](int64_t b) { return static_cast<size_t>(round_up(b, 64)); };
-    return r(4 * nq * d) + r(8 * nq * k) * 2 + r(4 * nq) * 3;
+    return r(4 * nq * d) + r(8 * nq * k) * (adc ? 3 : 2) + r(4 * nq) * 3;
 }
 
 /* Record the search (stream capture) into g; false when it may not be kept
@@ -82,6 +84,7 @@ bool record(Resources &res, Index &ix, const float *queries, int64_t nq, const S
     g.qnp = p.query_nprobe ? reinterpret_cast<int32_t *>(in + q_bytes + 2 * a_bytes) : nullptr;
     g.distances = pinned_array<double>(res, nq * p.k);
     g.ids = pinned_array<uint64_t>(res, nq * p.k);
+    g.adc = g.key.adc ? pinned_array<double>(res, nq * p.k) : nullptr;
     std::memcpy(g.queries, queries, sizeof(float) * nq * ix.d);
     search_query_ks(p, nq, g.qk, g.kscan);
     if (g.qnp) std::memcpy(g.qnp, p.query_nprobe, sizeof(int32_t) * nq);
@@ -95,6 +98,7 @@ bool record(Resources &res, Index &ix, const float *queries, int64_t nq, const S
         sp.staged_qk = reinterpret_cast<const int32_t *>(din.data() + q_bytes);
         sp.staged_kscan = reinterpret_cast<const int32_t *>(din.data() + q_bytes + a_bytes);
         if (g.qnp) sp.staged_qnp = reinterpret_cast<const int32_t *>(din.data() + q_bytes + 2 * a_bytes);
+        sp.out_adc = g.adc ? pinned_on_device(res, g.adc) : nullptr;
         index_search(res, ix, reinterpret_cast<const float *>(din.data()), nq, sp, pinned_on_device(res, g.distances),
                      pinned_on_device(res, g.ids));
         /* end the capture while the buffers are still held: a miss's
@@ -124,10 +128,11 @@ bool record(Resources &res, Index &ix, const float *queries, int64_t nq, const S
 
 }  // namespace
 
-bool search_recorded(Resources &res, Index &ix, const float *queries, int64_t nq, const SearchParams &p,
-                     double **pinned_distances, uint64_t **pinned_ids) {
+bool search_recorded(Resources &res, Index &ix, const float *queries, int64_t nq, const SearchParams &p, bool adc,
+                     double **pinned_distances, uint64_t **pinned_ids, double **pinned_adc) {
     if (!res.search_graphs_enabled || res.cancel_fn != nullptr || res.arena_top != 0 || nq > kKnnDirectMaxQueries ||
-        ix.nlist > kKnnDirectMaxBase || res.pinned_device == nullptr || pinned_need(nq, ix.d, p.k) > res.pinned_size)
+        ix.nlist > kKnnDirectMaxBase || res.pinned_device == nullptr ||
+        pinned_need(nq, ix.d, p.k, adc) > res.pinned_size)
         return false;
     std::vector<int32_t> qk(nq), kscan(nq);
     Resources::SearchGraphKey key;
@@ -141,6 +146,7 @@ bool search_recorded(Resources &res, Index &ix, const float *queries, int64_t nq
     key.kscan_max = search_query_ks(p, nq, qk.data(), kscan.data());
     key.query_k = p.query_k != nullptr;
     key.query_nprobe = p.query_nprobe != nullptr;
+    key.adc = adc;
 
     Resources::SearchGraph *g = nullptr;
     for (auto &e : res.search_graphs)
@@ -178,6 +184,7 @@ bool search_recorded(Resources &res, Index &ix, const float *queries, int64_t nq
     GPUIVF_CUDA_TRY(cudaGraphLaunch(g->exec, res.stream));
     *pinned_distances = g->distances;
     *pinned_ids = g->ids;
+    *pinned_adc = g->adc;
     return true;
 }
 

@@ -6,7 +6,8 @@
 // the conflict-free 8-bit scan at several code widths and with two queries
 // a block, appending and
 // removing, two searches in flight on two streams, recorded searches
-// (CUDA graphs) replayed, and siftsmall.
+// (CUDA graphs) replayed, the ADC distances of re-ranked entries, and
+// siftsmall.
 #include "cuda_test_util.h"
 
 namespace {
@@ -386,6 +387,151 @@ TEST(IvfPq, RecordedSearchesReplay) {
     gpuivf_cuda_resources_destroy(plain);
 }
 
+// The params' out_adc_distances (the GPU worker's shard merge needs both
+// distances of a re-ranked entry): with re-rank R and k = R, a search returns
+// the entries a search without re-rank (k = R) returns, and each one's ADC
+// distance is, bit for bit, the distance that search gives it; with a
+// per-query k below k, the best of them, padded with +inf in both outputs.
+// Without re-rank the ADC distances are the distances.  Asking for them
+// changes no other output.  Both table modes, all three metrics; one query
+// and three (probes split over blocks: the re-rank chooses among the runs,
+// or, with R = 256, among them merged first), 300 (a recorded search) and
+// 2,000 (one block a query, never recorded); synchronously (recorded, then
+// replayed, with and without the ADC output in turns: two graphs),
+// asynchronously, on resources that never record, and from device memory.
+TEST(IvfPq, AdcDistancesOfRerankedEntries) {
+    REQUIRE_GPU();
+    const int d = 32;
+    gpuivf_cuda_resources *plain = nullptr;
+    EXPECT_GPU_OK(gpuivf_cuda_resources_create(0, 64 << 20, &plain));
+    EXPECT_GPU_OK(gpuivf_cuda_set_search_graphs(plain, 0));
+    const std::vector<float> q = gt::clustered_vectors(2000, d, 50, 82);
+    // Sync and Async: gt::gpu() (records and replays), Async with the
+    // host_arrays promise; Plain: never recorded; Device: device arrays.
+    enum class Via { Sync, Async, Plain, Device };
+    struct Out {
+        std::vector<double> dist, adc;
+        std::vector<uint64_t> ids;
+    };
+    for (Metric metric : {Metric::L2, Metric::InnerProduct, Metric::Cosine}) {
+        gt::CpuIvfPq cpu;
+        cpu.train(metric, gt::clustered_vectors(6000, d, 50, 81), d, 40, 8, 8);
+        GpuIndex g;
+        load(cpu, true, &g);
+        auto search = [&](int64_t nq, int k, int nprobe, int rerank, int lut, const std::vector<int32_t> *qk, Via via,
+                          bool adc, Out *o) {
+            o->dist.resize(nq * k);
+            o->ids.resize(nq * k);
+            o->adc.resize(adc ? nq * k : 0);
+            gt::poison_nan(o->dist);
+            gt::poison(o->ids);
+            gt::poison_nan(o->adc);
+            gpuivf_cuda_search_params p{k, nprobe, rerank, lut, qk ? qk->data() : nullptr, nullptr,
+                                        via == Via::Async ? 1 : 0, adc ? o->adc.data() : nullptr};
+            if (via == Via::Sync) {
+                EXPECT_GPU_OK(gpuivf_cuda_index_search(gt::gpu(), g.ix, q.data(), nq, &p, o->dist.data(), o->ids.data()));
+            } else if (via == Via::Async) {
+                EXPECT_GPU_OK(
+                    gpuivf_cuda_index_search_async(gt::gpu(), g.ix, q.data(), nq, &p, o->dist.data(), o->ids.data()));
+                EXPECT_GPU_OK(gpuivf_cuda_search_wait(gt::gpu()));
+            } else if (via == Via::Plain) {
+                EXPECT_GPU_OK(gpuivf_cuda_index_search(plain, g.ix, q.data(), nq, &p, o->dist.data(), o->ids.data()));
+            } else {
+                void *dq = nullptr, *dd = nullptr, *di = nullptr, *da = nullptr;
+                const int64_t nout = nq * k;
+                EXPECT_GPU_OK(gpuivf_cuda_malloc(gt::gpu(), 4 * nq * d, &dq));
+                EXPECT_GPU_OK(gpuivf_cuda_malloc(gt::gpu(), 8 * nout, &dd));
+                EXPECT_GPU_OK(gpuivf_cuda_malloc(gt::gpu(), 8 * nout, &di));
+                EXPECT_GPU_OK(gpuivf_cuda_malloc(gt::gpu(), 8 * nout, &da));
+                EXPECT_GPU_OK(gpuivf_cuda_memcpy(gt::gpu(), dq, q.data(), 4 * nq * d));
+                EXPECT_GPU_OK(gpuivf_cuda_memcpy(gt::gpu(), dd, o->dist.data(), 8 * nout));
+                EXPECT_GPU_OK(gpuivf_cuda_memcpy(gt::gpu(), di, o->ids.data(), 8 * nout));
+                EXPECT_GPU_OK(gpuivf_cuda_memcpy(gt::gpu(), da, o->dist.data(), 8 * nout));
+                p.out_adc_distances = adc ? static_cast<double *>(da) : nullptr;
+                EXPECT_GPU_OK(gpuivf_cuda_index_search(gt::gpu(), g.ix, static_cast<const float *>(dq), nq, &p,
+                                                       static_cast<double *>(dd), static_cast<uint64_t *>(di)));
+                EXPECT_GPU_OK(gpuivf_cuda_memcpy(gt::gpu(), o->dist.data(), dd, 8 * nout));
+                EXPECT_GPU_OK(gpuivf_cuda_memcpy(gt::gpu(), o->ids.data(), di, 8 * nout));
+                if (adc) EXPECT_GPU_OK(gpuivf_cuda_memcpy(gt::gpu(), o->adc.data(), da, 8 * nout));
+                for (void *ptr : {dq, dd, di, da}) EXPECT_GPU_OK(gpuivf_cuda_free(gt::gpu(), ptr));
+            }
+        };
+        auto padding = [](double v, uint64_t id) { return std::isinf(v) && v > 0 && id == UINT64_MAX; };
+        auto check = [&](int64_t nq, int R, int nprobe, int lut, bool per_query_k) {
+            SCOPED_TRACE(::testing::Message() << "metric " << static_cast<int>(metric) << " nq " << nq << " R " << R
+                                              << " nprobe " << nprobe << " lut " << lut << " per-query k "
+                                              << per_query_k);
+            std::vector<int32_t> qk;
+            for (int64_t i = 0; per_query_k && i < nq; i++) qk.push_back(1 + static_cast<int>((i * 7 + 3) % R));
+            const std::vector<int32_t> *qkp = per_query_k ? &qk : nullptr;
+            // the ADC order: no re-rank, k = R
+            Out ref;
+            search(nq, R, nprobe, 0, lut, nullptr, Via::Plain, true, &ref);
+            for (size_t i = 0; i < ref.dist.size(); i++)
+                ASSERT_TRUE(gt::same_bits(ref.adc[i], ref.dist[i])) << "no re-rank, slot " << i;
+            // the re-ranked search without the ADC output
+            Out base;
+            search(nq, R, nprobe, R, lut, qkp, Via::Plain, false, &base);
+            const std::pair<Via, bool> runs[] = {{Via::Sync, false}, {Via::Sync, true},   {Via::Sync, true},
+                                                 {Via::Sync, false}, {Via::Async, true},  {Via::Async, false},
+                                                 {Via::Async, true}, {Via::Plain, true},  {Via::Device, true}};
+            for (const auto &run : runs) {
+                SCOPED_TRACE(::testing::Message() << "via " << static_cast<int>(run.first) << " adc " << run.second);
+                Out o;
+                search(nq, R, nprobe, R, lut, qkp, run.first, run.second, &o);
+                ASSERT_EQ(o.ids, base.ids);
+                for (size_t i = 0; i < o.dist.size(); i++) ASSERT_TRUE(gt::same_bits(o.dist[i], base.dist[i])) << i;
+                if (!run.second) continue;
+                int64_t mismatches = 0;
+                for (int64_t i = 0; i < nq; i++) {
+                    const int kq = per_query_k ? qk[i] : R;
+                    int returned = 0, adc_entries = 0;
+                    for (int j = 0; j < R; j++) {
+                        const int64_t s = i * R + j;
+                        if (j >= kq || o.ids[s] == UINT64_MAX) {
+                            if (!padding(o.dist[s], o.ids[s]) || !padding(o.adc[s], o.ids[s])) mismatches++;
+                            continue;
+                        }
+                        returned++;
+                        const double *want = nullptr;
+                        for (int t = 0; t < R; t++)
+                            if (ref.ids[i * R + t] == o.ids[s]) want = &ref.dist[i * R + t];
+                        if (!want || !gt::same_bits(o.adc[s], *want)) {
+                            if (mismatches++ < 5)
+                                ADD_FAILURE() << "query " << i << " rank " << j << " id " << o.ids[s] << ": adc "
+                                              << o.adc[s] << ", without re-rank " << (want ? *want : NAN);
+                        }
+                    }
+                    for (int t = 0; t < R; t++) adc_entries += ref.ids[i * R + t] != UINT64_MAX;
+                    // the same entries (ids are distinct): as many, each found above
+                    EXPECT_EQ(returned, std::min(kq, adc_entries)) << "query " << i;
+                }
+                EXPECT_EQ(mismatches, 0);
+            }
+            // without re-rank (and per-query k): the ADC distances are the distances
+            for (Via via : {Via::Sync, Via::Sync, Via::Async, Via::Plain, Via::Device}) {
+                Out o;
+                search(nq, R, nprobe, 0, lut, qkp, via, true, &o);
+                for (size_t i = 0; i < o.dist.size(); i++)
+                    ASSERT_TRUE(gt::same_bits(o.adc[i], o.dist[i])) << "via " << static_cast<int>(via) << " slot " << i;
+                for (int64_t i = 0; per_query_k && i < nq; i++)
+                    for (int j = qk[i]; j < R; j++) ASSERT_TRUE(padding(o.adc[i * R + j], o.ids[i * R + j]));
+            }
+        };
+        for (int lut : {GPUIVF_CUDA_LUT_PER_LIST, GPUIVF_CUDA_LUT_DECOMPOSED}) {
+            check(1, 40, 16, lut, false);
+            check(3, 40, 16, lut, false);
+            check(3, 40, 16, lut, true);
+            check(1, 256, 40, lut, false);
+            check(300, 40, 16, lut, false);
+            check(300, 40, 16, lut, true);
+            check(2000, 40, 16, lut, false);
+            check(2000, 40, 16, lut, true);
+        }
+    }
+    gpuivf_cuda_resources_destroy(plain);
+}
+
 TEST(IvfPq, AppendAndRemove) {
     REQUIRE_GPU();
     const int d = 32;
@@ -514,12 +660,16 @@ TEST(IvfPq, InvalidArguments) {
     p.nprobe = 0;
     st = gpuivf_cuda_index_search(gt::gpu(), g.ix, q.data(), 1, &p, dist.data(), ids.data());
     EXPECT_EQ(st.code, GPUIVF_CUDA_INVALID_ARGUMENT);
-    // An empty index answers with padding only.
+    // An empty index answers with padding only (ADC distances too).
     p.nprobe = 2;
+    std::vector<double> adc(10);
+    p.out_adc_distances = adc.data();
     gt::poison_nan(dist);
+    gt::poison_nan(adc);
     EXPECT_GPU_OK(gpuivf_cuda_index_search(gt::gpu(), g.ix, q.data(), 1, &p, dist.data(), ids.data()));
     for (int i = 0; i < 10; i++) {
         EXPECT_TRUE(std::isinf(dist[i]));
+        EXPECT_TRUE(std::isinf(adc[i]));
         EXPECT_EQ(ids[i], UINT64_MAX);
     }
     int32_t bad_list = 7;

@@ -41,6 +41,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <tuple>
 #include <unistd.h>
 #include <unordered_map>
 #include <vector>
@@ -363,6 +364,9 @@ static void instant_answers(const gpuivf_cuda_index *ix, const float *queries, i
             out_distances[q * p->k + j] = __builtin_inf();
             out_ids[q * p->k + j] = UINT64_MAX;
         }
+        /* no ADC order here: the "ADC distances" are the distances */
+        if (p->out_adc_distances)
+            memcpy(p->out_adc_distances + q * p->k, out_distances + q * p->k, sizeof(double) * p->k);
     }
 }
 
@@ -405,22 +409,27 @@ gpuivf_cuda_status gpuivf_cuda_index_search(gpuivf_cuda_resources *, gpuivf_cuda
                                        static_cast<int64_t>(l.ids.size()), &topk);
             }
             gpuivf::topk_sort(&topk);
-            std::vector<std::pair<double, uint64_t>> res;
+            /* (distance, id, ADC distance): each result carries the ADC
+             * distance it was selected by (out_adc_distances) */
+            std::vector<std::tuple<double, uint64_t, double>> res;
             for (int j = 0; j < topk.size; j++) {
+                const double adc = gpuivf::ivfpq_score_to_distance(ix->metric, topk.vals[j]);
                 if (p->rerank_candidates > 0) {
                     auto it = where.find(topk.ids[j]);
                     const FakeList &l = ix->lists[it->second.first];
-                    res.push_back({gpuivf::metric_distance(ix->metric, raw, &l.vectors[it->second.second * d], d),
-                                   topk.ids[j]});
+                    res.emplace_back(gpuivf::metric_distance(ix->metric, raw, &l.vectors[it->second.second * d], d),
+                                     topk.ids[j], adc);
                 } else {
-                    res.push_back({gpuivf::ivfpq_score_to_distance(ix->metric, topk.vals[j]), topk.ids[j]});
+                    res.emplace_back(adc, topk.ids[j], adc);
                 }
             }
             std::sort(res.begin(), res.end());
             for (int j = 0; j < p->k; j++) {
                 bool have = j < k && j < static_cast<int>(res.size());
-                out_distances[q * p->k + j] = have ? res[j].first : __builtin_inf();
-                out_ids[q * p->k + j] = have ? res[j].second : UINT64_MAX;
+                out_distances[q * p->k + j] = have ? std::get<0>(res[j]) : __builtin_inf();
+                out_ids[q * p->k + j] = have ? std::get<1>(res[j]) : UINT64_MAX;
+                if (p->out_adc_distances)
+                    p->out_adc_distances[q * p->k + j] = have ? std::get<2>(res[j]) : __builtin_inf();
             }
         }
         return ok();
