@@ -320,19 +320,17 @@ AddSearchStats(GpuivfSearchStats *stats, const GpuivfRequestSlot *slot)
 }
 
 /*
- * One request of a search: the queries from off on that fit a request
- * buffer (the answers' stride is the largest stride[] among them: each
- * query's k, or its candidates for a shard), filled into this backend's
- * slot, sent (to shard's worker when nshards > 1, else to any) and
- * answered.  Returns how many queries it took; 0 when the whole batch of nq
- * queries goes to the CPU (counted, or raised under gpuivf.device = gpu).
- * Otherwise *slot holds the answer, laid out as *l with stride *kmax: the
- * caller reads it and releases the slot.
+ * Fills slot with the search of the queries from off on that fit its share
+ * of the payload area; the answers' stride is the largest stride[] among
+ * them (each query's k, or its candidates for a shard).  Addressed to
+ * shard's worker when nshards > 1, else to any.  Returns how many queries
+ * it took, laid out as *l with stride *kmax; 0 when not even the first
+ * fits (the slot is then untouched).
  */
 static int
-SearchRequest(Relation index, const GpuivfMetaPageData *meta, const GpuivfQuery *queries,
-              const int *stride, int off, int nq, int nshards, int shard,
-              GpuivfRequestSlot **slot, GpuivfSearchLayout *l, int *kmax)
+FillSearchRequest(GpuivfRequestSlot *slot, Relation index, const GpuivfMetaPageData *meta,
+                  const GpuivfQuery *queries, const int *stride, int off, int nq, int nshards,
+                  int shard, GpuivfSearchLayout *l, int *kmax)
 {
     bool        sharded = nshards > 1;
     int         dims = (int) meta->dims;
@@ -343,35 +341,94 @@ SearchRequest(Relation index, const GpuivfMetaPageData *meta, const GpuivfQuery 
     {
         int         k2 = Max(*kmax, stride[off + c]);
 
-        if (GpuivfSearchPayloadLayout(c + 1, dims, k2, sharded).total > GpuivfShmem->payload_bytes)
+        if (GpuivfSearchPayloadLayout(c + 1, dims, k2, sharded).total > slot->payload_cap)
             break;
         *kmax = k2;
         c++;
     }
-    if (c == 0 || (*slot = GpuivfMySlot()) == NULL)
+    if (c == 0)
+        return 0;
+    *l = GpuivfSearchPayloadLayout(c, dims, *kmax, sharded);
+    slot->kind = GPUIVF_KIND_SEARCH;
+    SetIndexIdentity(slot, index, meta);
+    if (sharded)
+    {
+        slot->target_worker = shard;
+        slot->nshards = nshards;
+        slot->shard = shard;
+    }
+    slot->nq = c;
+    slot->kmax = *kmax;
+    FillSearchPayload(GpuivfSlotPayload((int) (slot - GpuivfShmem->slots)), l, queries + off, c,
+                      dims);
+    return c;
+}
+
+/*
+ * One request of an unsharded search: the queries from off on that fit
+ * this backend's request buffer, sent to any worker and answered.  Returns
+ * how many queries it took; 0 when the whole batch of nq queries goes to
+ * the CPU (counted, or raised under gpuivf.device = gpu).  Otherwise *slot
+ * holds the answer, laid out as *l with stride *kmax: the caller reads it
+ * and releases the slot.
+ */
+static int
+SearchRequest(Relation index, const GpuivfMetaPageData *meta, const GpuivfQuery *queries,
+              const int *stride, int off, int nq, GpuivfRequestSlot **slot,
+              GpuivfSearchLayout *l, int *kmax)
+{
+    int         c = 0;
+
+    if ((*slot = GpuivfMySlot()) != NULL)
+        c = FillSearchRequest(*slot, index, meta, queries, stride, off, nq, 1, 0, l, kmax);
+    if (c == 0)
     {
         /* a query larger than a request buffer, or a process without a
          * request slot */
         SearchDoesNotFit(index, nq);
         return 0;
     }
-    *l = GpuivfSearchPayloadLayout(c, dims, *kmax, sharded);
-    (*slot)->kind = GPUIVF_KIND_SEARCH;
-    SetIndexIdentity(*slot, index, meta);
-    if (sharded)
-    {
-        (*slot)->target_worker = shard;
-        (*slot)->nshards = nshards;
-        (*slot)->shard = shard;
-    }
-    (*slot)->nq = c;
-    (*slot)->kmax = *kmax;
-    FillSearchPayload(GpuivfSlotPayload((int) (*slot - GpuivfShmem->slots)), l, queries + off, c,
-                      dims);
     /* a failure sends the whole batch to the CPU: every query counts */
     if (!SubmitSearch(index, *slot, nq))
         return 0;
     return c;
+}
+
+/*
+ * Waits for the n shards' requests, submitted together.  True when all
+ * answered; else the others are withdrawn or abandoned, the failure is
+ * raised (gpuivf.device = gpu) or counted for the CPU, and false.  An
+ * interrupt (cancel, statement_timeout) abandons every one of them.
+ */
+static bool
+WaitShardAnswers(Relation index, GpuivfRequestSlot **slots, int n, int nq)
+{
+    volatile int failed = -1;
+    volatile bool answered = true;
+
+    PG_TRY();
+    {
+        for (int s = 0; s < n && failed < 0; s++)
+        {
+            answered = GpuivfWaitAnswer(slots[s], gpuivf_worker_timeout);
+            if (!answered || slots[s]->result != GPUIVF_RESULT_OK)
+                failed = s;
+        }
+    }
+    PG_CATCH();
+    {
+        for (int s = 0; s < n; s++)
+            GpuivfAbandonRequest(slots[s]);
+        PG_RE_THROW();
+    }
+    PG_END_TRY();
+    if (failed < 0)
+        return true;
+    for (int s = 0; s < n; s++)
+        if (s != failed)
+            GpuivfAbandonRequest(slots[s]);
+    RequestFailed(index, slots[failed], answered, "search", nq);
+    return false;
 }
 
 /* A candidate of one query from one shard. */
@@ -424,9 +481,10 @@ CompareByDistance(const void *a, const void *b)
 }
 
 /*
- * The search of a sharded index: every shard worker in turn returns, per
- * query, its `candidates` = max(k, rerank) best entries by ADC among the
- * probed lists it holds, with ADC and exact distances.  The union holds the
+ * The search of a sharded index: every shard worker, all asked at once
+ * (a request slot each), returns per query its `candidates` =
+ * max(k, rerank) best entries by ADC among the probed lists it holds, with
+ * ADC and exact distances.  The union holds the
  * global best `candidates` by (ADC, id) (each of them is among its own
  * shard's best), so keeping exactly those and ordering them by (exact
  * distance, id) gives what one GPU re-ranking the global candidates gives.
@@ -462,21 +520,34 @@ ShardedSearch(Relation index, const GpuivfMetaPageData *meta, int nshards, int n
         pool[q] = (ShardHit *) palloc(sizeof(ShardHit) * (Size) cand[q] * nshards);
     }
 
-    for (int s = 0; s < nshards; s++)
+    for (int off = 0; off < nq;)
     {
-        for (int off = 0; off < nq;)
-        {
-            int         kmax;
-            int         c;
-            GpuivfSearchLayout l;
-            GpuivfRequestSlot *slot;
-            char       *payload;
+        GpuivfRequestSlot *slots[GPUIVF_MAX_WORKERS];
+        GpuivfSearchLayout l;
+        int         kmax = 1;
+        int         c = 0;
 
-            /* as many queries as fit one request, their stride their most candidates */
-            c = SearchRequest(index, meta, queries, cand, off, nq, nshards, s, &slot, &l, &kmax);
-            if (c == 0)
-                return false;
-            payload = GpuivfSlotPayload((int) (slot - GpuivfShmem->slots));
+        /* as many queries as fit a shard's share of the request buffer,
+         * their stride their most candidates; every shard asked at once */
+        if (GpuivfMySlots(nshards, slots))
+        {
+            for (int s = 0; s < nshards; s++)
+                c = FillSearchRequest(slots[s], index, meta, queries, cand, off, nq, nshards, s, &l,
+                                      &kmax);
+        }
+        if (c == 0)
+        {
+            SearchDoesNotFit(index, nq);
+            return false;
+        }
+        for (int s = 0; s < nshards; s++)
+            GpuivfSubmit(slots[s]);
+        if (!WaitShardAnswers(index, slots, nshards, nq))
+            return false;
+        for (int s = 0; s < nshards; s++)
+        {
+            char       *payload = GpuivfSlotPayload((int) (slots[s] - GpuivfShmem->slots));
+
             for (int q = 0; q < c; q++)
             {
                 int         got = ((int32 *) (payload + l.nhits_off))[q];
@@ -495,10 +566,10 @@ ShardedSearch(Relation index, const GpuivfMetaPageData *meta, int nshards, int n
                     h->dist = dist[j];
                 }
             }
-            AddSearchStats(stats, slot);
-            GpuivfReleaseSlot(slot);
-            off += c;
+            AddSearchStats(stats, slots[s]);
+            GpuivfReleaseSlot(slots[s]);
         }
+        off += c;
     }
 
     /* merge: the global candidates by (ADC, id), then by (distance, id) */
@@ -587,7 +658,7 @@ GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
         char       *payload;
 
         /* as many queries as fit one request buffer, their stride their largest k */
-        c = SearchRequest(index, &meta, queries, want, off, nq, 1, 0, &slot, &l, &kmax);
+        c = SearchRequest(index, &meta, queries, want, off, nq, &slot, &l, &kmax);
         if (c == 0)
             return false;
         payload = GpuivfSlotPayload((int) (slot - GpuivfShmem->slots));

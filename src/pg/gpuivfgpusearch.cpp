@@ -1,8 +1,8 @@
 /*
  * gpuivfgpusearch.cpp — the GPU worker's searches: one group of requests
- * (one index) becomes one engine call per candidate count, and the common
- * case (one candidate count, not a shard) runs on a search stream so that
- * the worker takes and prepares the next batch while the GPU works.
+ * (one index, or one shard of it) becomes one engine call per candidate
+ * count, and the common case (one candidate count) runs on a search stream
+ * so that the worker takes and prepares the next batch while the GPU works.
  *
  * Search streams.  The worker holds gpuivf.search_streams engine resources
  * objects (a CUDA stream, cuBLAS handle and arena each; the first is the
@@ -20,7 +20,6 @@
 #include "gpuivf.h"
 #include "gpuivfworker.h"
 
-#include "utils/float.h"
 #include "utils/memutils.h"
 
 /* A query of a search group: where it came from and what it asks. */
@@ -43,6 +42,7 @@ typedef struct SearchStream
     int         worker;
     int         nreq;
     int        *slotnos;
+    bool        sharded;        /* a shard's search: answers carry ADC distances */
     int         dims;
     int64       m;
     GroupQuery *gq;
@@ -50,6 +50,7 @@ typedef struct SearchStream
     int         kmax;
     double     *dist;
     uint64     *ids;
+    double     *adc;            /* sharded: the ADC distance of each answer */
     int64       entries;
     instr_time  started;
 } SearchStream;
@@ -73,40 +74,43 @@ CompareCandidates(const void *a, const void *b)
     return x->pos < y->pos ? -1 : (x->pos > y->pos ? 1 : 0);
 }
 
-/* A shard's ADC candidate, sorted by id to find each re-ranked one's ADC. */
-typedef struct IdAdc
-{
-    uint64      id;
-    double      adc;
-} IdAdc;
-
 static int
-CompareIdAdc(const void *a, const void *b)
+CompareUint64(const void *a, const void *b)
 {
-    uint64      x = ((const IdAdc *) a)->id;
-    uint64      y = ((const IdAdc *) b)->id;
+    uint64      x = *(const uint64 *) a;
+    uint64      y = *(const uint64 *) b;
 
     return x < y ? -1 : (x > y ? 1 : 0);
 }
 
-/* ADC distance of id among the n candidates (sorted by id), +inf when absent
- * (the two engine calls select the same candidates, so it is not). */
-static double
-AdcOf(uint64 id, const IdAdc *sorted, int n)
+/*
+ * Whether the n ids (UINT64_MAX ends them) hold one twice.  An index copy
+ * may hold a heap TID twice while a load catches up with its reuse; that
+ * is rare, so the answers are copied as they are unless this says so.
+ * Sorting a copy keeps a shard's 200 candidates from costing 20,000
+ * comparisons; a few are compared pairwise.
+ */
+static bool
+HasDuplicateIds(const uint64 *ids, int n, uint64 *scratch)
 {
-    int         lo = 0;
-    int         hi = n;
+    int         m = 0;
 
-    while (lo < hi)
+    while (m < n && ids[m] != UINT64_MAX)
+        m++;
+    if (m <= 16)
     {
-        int         mid = lo + (hi - lo) / 2;
-
-        if (sorted[mid].id < id)
-            lo = mid + 1;
-        else
-            hi = mid;
+        for (int i = 1; i < m; i++)
+            for (int j = 0; j < i; j++)
+                if (ids[i] == ids[j])
+                    return true;
+        return false;
     }
-    return lo < n && sorted[lo].id == id ? sorted[lo].adc : get_float8_infinity();
+    memcpy(scratch, ids, sizeof(uint64) * m);
+    qsort(scratch, m, sizeof(uint64), CompareUint64);
+    for (int i = 1; i < m; i++)
+        if (scratch[i] == scratch[i - 1])
+            return true;
+    return false;
 }
 
 /* Statistics of one engine call of m queries from started to ended; the
@@ -136,16 +140,15 @@ CountCall(int worker, int64 m, instr_time started, instr_time ended)
 
 /*
  * Answers of the m queries gq[] of one engine call (rows of kmax, each query
- * its qk[j] best) into their requests' payloads.  Sharded calls also write
- * each answer's ADC distance (from the first call's adc_* when two_calls).
+ * its qk[j] best) into their requests' payloads; sharded calls also write
+ * each answer's ADC distance (adc, rows of kmax).
  */
 static void
 WriteAnswers(const int *slotnos, bool sharded, int dims, const GroupQuery *gq, int64 m,
-             const int32 *qk, int kmax, const double *dist, const uint64 *ids, bool two_calls,
-             const double *adc_dist, const uint64 *adc_ids, int64 entries, double gpu_ms,
-             int *req_batch, double *req_gpu_ms, int64 *req_reranked)
+             const int32 *qk, int kmax, const double *dist, const uint64 *ids, const double *adc,
+             int64 entries, double gpu_ms, int *req_batch, double *req_gpu_ms, int64 *req_reranked)
 {
-    IdAdc      *by_id = two_calls ? (IdAdc *) palloc(sizeof(IdAdc) * kmax) : NULL;
+    uint64     *scratch = (uint64 *) palloc(sizeof(uint64) * kmax);
 
     for (int64 j = 0; j < m; j++)
     {
@@ -158,18 +161,8 @@ WriteAnswers(const int *slotnos, bool sharded, int dims, const GroupQuery *gq, i
         double     *radc = (double *) (payload + l.adc_off) + (Size) g->pos * r->kmax;
         const uint64 *src_ids = ids + j * kmax;
         const double *src_d = dist + j * kmax;
+        bool        dedupe = HasDuplicateIds(src_ids, qk[j], scratch);
         int         got = 0;
-
-        if (two_calls)
-        {
-            /* this query's ADC candidates by id */
-            for (int t = 0; t < qk[j]; t++)
-            {
-                by_id[t].id = adc_ids[j * kmax + t];
-                by_id[t].adc = adc_dist[j * kmax + t];
-            }
-            qsort(by_id, qk[j], sizeof(IdAdc), CompareIdAdc);
-        }
 
         for (int t = 0; t < qk[j]; t++)
         {
@@ -177,15 +170,15 @@ WriteAnswers(const int *slotnos, bool sharded, int dims, const GroupQuery *gq, i
 
             if (src_ids[t] == UINT64_MAX)
                 break;
-            /* a heap TID twice (reuse during a load) is returned once */
-            for (int u = 0; u < got && !dup; u++)
+            /* a heap TID twice is returned once (its best) */
+            for (int u = 0; dedupe && u < got && !dup; u++)
                 dup = rids[u] == src_ids[t];
             if (dup)
                 continue;
             rids[got] = src_ids[t];
             rdist[got] = src_d[t];
             if (sharded)
-                radc[got] = two_calls ? AdcOf(src_ids[t], by_id, qk[j]) : src_d[t];
+                radc[got] = adc[j * kmax + t];
             got++;
         }
         ((int32 *) (payload + l.nhits_off))[g->pos] = got;
@@ -198,8 +191,7 @@ WriteAnswers(const int *slotnos, bool sharded, int dims, const GroupQuery *gq, i
          * entries */
         req_reranked[g->req] += Min((int64) g->candidates, entries);
     }
-    if (by_id != NULL)
-        pfree(by_id);
+    pfree(scratch);
 }
 
 /* Pack the m queries gq[] into queries (m x dims) and their k and nprobe
@@ -309,8 +301,8 @@ FinishStream(SearchStream *s)
         double     *req_gpu_ms = (double *) palloc0(sizeof(double) * s->nreq);
         int64      *req_reranked = (int64 *) palloc0(sizeof(int64) * s->nreq);
 
-        WriteAnswers(s->slotnos, false, s->dims, s->gq, s->m, s->qk, s->kmax, s->dist, s->ids,
-                     false, NULL, NULL, s->entries, gpu_ms, req_batch, req_gpu_ms, req_reranked);
+        WriteAnswers(s->slotnos, s->sharded, s->dims, s->gq, s->m, s->qk, s->kmax, s->dist, s->ids,
+                     s->adc, s->entries, gpu_ms, req_batch, req_gpu_ms, req_reranked);
         for (int i = 0; i < s->nreq; i++)
         {
             GpuivfRequestSlot *r = &GpuivfShmem->slots[s->slotnos[i]];
@@ -422,16 +414,16 @@ FreeStream(void)
  * keeps its own k and nprobe.  Per-list tables: ADC scores bit-identical
  * to the CPU engine's.
  *
- * Returns true when the group went to a search stream (one candidate count,
- * not a shard): its requests are answered when the stream is done.
- * Otherwise they are answered here (results in the payloads; the caller
- * finishes the requests).
+ * Returns true when the group went to a search stream (one candidate
+ * count): its requests are answered when the stream is done.  Otherwise
+ * they are answered here (results in the payloads; the caller finishes the
+ * requests).
  *
  * A shard's request (nshards > 1) returns, per query, all `candidates`
  * best entries by ADC among the probed lists this shard holds, sorted by
- * exact distance, each with the ADC distance it was selected by (two engine
- * calls: ADC order, then re-ranked); without stored vectors its k best by
- * ADC.  The backend merges the shards (gpuivfclient.cpp).
+ * exact distance, each with the ADC distance it was selected by (the
+ * engine's out_adc_distances); without stored vectors its k best by ADC.
+ * The backend merges the shards (gpuivfclient.cpp).
  */
 bool
 GpuivfServeSearchGroup(int worker, int *slotnos, int n)
@@ -461,7 +453,7 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
         GpuivfRequestSlot *r = &GpuivfShmem->slots[slotnos[i]];
 
         if (r->nq < 1 || r->kmax < 1 || r->kmax > GPUIVF_CUDA_MAX_K || r->dims != dims ||
-            GpuivfSearchPayloadLayout(r->nq, dims, r->kmax, sharded).total > GpuivfShmem->payload_bytes)
+            GpuivfSearchPayloadLayout(r->nq, dims, r->kmax, sharded).total > GpuivfSlotCapacity(slotnos[i]))
             elog(ERROR, "gpuivf GPU worker got a malformed search request (%d queries, k %d, %d dimensions)",
                  r->nq, r->kmax, r->dims);
         generation = Max(generation, r->generation);
@@ -506,8 +498,11 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
     qnp = (int32 *) palloc(sizeof(int32) * nq);
 
     /* the common case on a search stream: answered when it is done */
-    if (NStreams > 0 && !sharded && gq[0].candidates == gq[nq - 1].candidates)
+    if (NStreams > 0 && gq[0].candidates == gq[nq - 1].candidates)
     {
+        /* a shard answers with all its candidates, and their ADC distances */
+        bool        all_candidates = sharded && gq[0].candidates > 0;
+
         SearchStream *s;
         MemoryContext old;
         gpuivf_cuda_search_params params;
@@ -523,15 +518,19 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
         s->nreq = n;
         s->slotnos = (int *) palloc(sizeof(int) * n);
         memcpy(s->slotnos, slotnos, sizeof(int) * n);
+        s->sharded = sharded;
         s->dims = dims;
         s->m = nq;
         s->gq = (GroupQuery *) palloc_extended(sizeof(GroupQuery) * nq, MCXT_ALLOC_HUGE);
         memcpy(s->gq, gq, sizeof(GroupQuery) * nq);
         s->qk = (int32 *) palloc(sizeof(int32) * nq);
         s->entries = ref.entries;
-        PackQueries(slotnos, false, dims, gq, nq, false, queries, s->qk, qnp, &s->kmax, &npmax);
+        PackQueries(slotnos, sharded, dims, gq, nq, all_candidates, queries, s->qk, qnp, &s->kmax,
+                    &npmax);
         s->dist = (double *) palloc_extended(sizeof(double) * nq * s->kmax, MCXT_ALLOC_HUGE);
         s->ids = (uint64 *) palloc_extended(sizeof(uint64) * nq * s->kmax, MCXT_ALLOC_HUGE);
+        s->adc = sharded ? (double *) palloc_extended(sizeof(double) * nq * s->kmax, MCXT_ALLOC_HUGE)
+            : NULL;
         MemoryContextSwitchTo(old);
         memset(&params, 0, sizeof(params));
         params.k = s->kmax;
@@ -540,6 +539,7 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
         params.rerank_candidates = gq[0].candidates;
         params.query_k = s->qk;
         params.query_nprobe = qnp;
+        params.out_adc_distances = s->adc;
         params.host_arrays = 1;     /* all palloc'd */
         GpuivfAddSeconds(&GpuivfTimes.prepare, &t0);
         INSTR_TIME_SET_CURRENT(s->started);
@@ -557,8 +557,8 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
         return true;
     }
 
-    /* several candidate counts or a shard: here and now, on the main
-     * resources (which the streams share) */
+    /* several candidate counts: here and now, on the main resources
+     * (which the streams share) */
     GpuivfDrainSearches();
     qk = (int32 *) palloc(sizeof(int32) * nq);
     req_batch = (int *) palloc0(sizeof(int) * n);
@@ -571,11 +571,10 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
         int         npmax;
         int64       m;
         int         candidates = gq[start].candidates;
-        bool        two_calls = sharded && candidates > 0;
+        bool        all_candidates = sharded && candidates > 0;
         double     *dist;
         uint64     *ids;
-        double     *adc_dist = NULL;
-        uint64     *adc_ids = NULL;
+        double     *adc = NULL;
         gpuivf_cuda_search_params params;
         instr_time  t0, t1, took;
 
@@ -583,28 +582,21 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
         while (end < nq && gq[end].candidates == candidates)
             end++;
         m = end - start;
-        PackQueries(slotnos, sharded, dims, gq + start, m, two_calls, queries, qk, qnp, &kmax, &npmax);
+        PackQueries(slotnos, sharded, dims, gq + start, m, all_candidates, queries, qk, qnp, &kmax,
+                    &npmax);
         dist = (double *) palloc_extended(sizeof(double) * m * kmax, MCXT_ALLOC_HUGE);
         ids = (uint64 *) palloc_extended(sizeof(uint64) * m * kmax, MCXT_ALLOC_HUGE);
+        if (sharded)
+            adc = (double *) palloc_extended(sizeof(double) * m * kmax, MCXT_ALLOC_HUGE);
         memset(&params, 0, sizeof(params));
         params.k = kmax;
         params.nprobe = npmax;
         params.lut_mode = GPUIVF_CUDA_LUT_PER_LIST;
+        params.rerank_candidates = candidates;
         params.query_k = qk;
         params.query_nprobe = qnp;
+        params.out_adc_distances = adc;
         INSTR_TIME_SET_CURRENT(t0);
-        if (two_calls)
-        {
-            /* the candidates in ADC order, with the distances they were
-             * selected by; then the same candidates re-ranked */
-            adc_dist = (double *) palloc_extended(sizeof(double) * m * kmax, MCXT_ALLOC_HUGE);
-            adc_ids = (uint64 *) palloc_extended(sizeof(uint64) * m * kmax, MCXT_ALLOC_HUGE);
-            params.rerank_candidates = 0;
-            GpuivfCheckCuda(GpuivfCuda.gpuivf_cuda_index_search(GpuivfCudaRes, ref.gindex, queries, m,
-                                                                &params, adc_dist, adc_ids),
-                            "search a GPU index shard");
-        }
-        params.rerank_candidates = candidates;
         GpuivfCheckCuda(GpuivfCuda.gpuivf_cuda_index_search(GpuivfCudaRes, ref.gindex, queries, m,
                                                             &params, dist, ids),
                         "search a GPU index");
@@ -612,16 +604,12 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
         CountCall(worker, m, t0, t1);
         took = t1;
         INSTR_TIME_SUBTRACT(took, t0);
-        WriteAnswers(slotnos, sharded, dims, gq + start, m, qk, kmax, dist, ids, two_calls,
-                     adc_dist, adc_ids, ref.entries, INSTR_TIME_GET_MILLISEC(took),
-                     req_batch, req_gpu_ms, req_reranked);
+        WriteAnswers(slotnos, sharded, dims, gq + start, m, qk, kmax, dist, ids, adc, ref.entries,
+                     INSTR_TIME_GET_MILLISEC(took), req_batch, req_gpu_ms, req_reranked);
         pfree(dist);
         pfree(ids);
-        if (adc_dist != NULL)
-        {
-            pfree(adc_dist);
-            pfree(adc_ids);
-        }
+        if (adc != NULL)
+            pfree(adc);
         start = end;
     }
 

@@ -1,13 +1,14 @@
 /*
  * gpuivfshmem.cpp — the shared memory of the GPU worker: one worker slot per
- * GPU worker and one request slot per PGPROC, with the state machine both
- * sides follow.
+ * GPU worker and request slots per PGPROC (one, or one per worker when
+ * there are several: a sharded search asks its shards at once), with the
+ * state machine both sides follow.
  *
  *   FREE --backend fills, submits--> SUBMITTED --a worker takes it--> TAKEN
  *   TAKEN --worker writes the answer--> DONE --backend reads it--> FREE
  *
- * A backend owns its slot (number = its pgprocno) while FREE, SUBMITTED (it
- * may withdraw it) and DONE; a worker owns it while TAKEN.  A backend that
+ * A backend owns its slots (numbers pgprocno * slots_per_backend + i)
+ * while FREE, SUBMITTED (it may withdraw them) and DONE; a worker owns it while TAKEN.  A backend that
  * leaves while its request is TAKEN (cancel, statement_timeout, exit) sets
  * `abandoned` and the worker frees the slot when it is done instead of
  * answering.  The next owner of that PGPROC waits for that (bounded: the
@@ -48,17 +49,46 @@ PayloadBytes(void)
     return MAXALIGN((Size) gpuivf_request_buffer * 1024);
 }
 
+/* Request slots of each PGPROC: one per worker when there are several (a
+ * sharded search asks every shard at once), else one. */
+static int
+SlotsPerBackend(void)
+{
+    return Max(GpuivfRegisteredWorkers, 1);
+}
+
 static Size
 ShmemBytes(void)
 {
-    return add_size(SlotsBytes(MaxBackends), mul_size(PayloadBytes(), MaxBackends));
+    return add_size(SlotsBytes(MaxBackends * SlotsPerBackend()), mul_size(PayloadBytes(), MaxBackends));
 }
 
+/* The part of its backend's payload area that slot slotno's request uses. */
 char *
 GpuivfSlotPayload(int slotno)
 {
     return (char *) GpuivfShmem + SlotsBytes(GpuivfShmem->nslots) +
-        (Size) slotno * GpuivfShmem->payload_bytes;
+        (Size) (slotno / GpuivfShmem->slots_per_backend) * GpuivfShmem->payload_bytes +
+        GpuivfShmem->slots[slotno].payload_off;
+}
+
+/* The bytes of that part; 0 when the backend wrote a part that is not
+ * within its area (the worker then refuses the request). */
+Size
+GpuivfSlotCapacity(int slotno)
+{
+    const GpuivfRequestSlot *r = &GpuivfShmem->slots[slotno];
+
+    if (r->payload_off > GpuivfShmem->payload_bytes ||
+        r->payload_cap > GpuivfShmem->payload_bytes - r->payload_off)
+        return 0;
+    return r->payload_cap;
+}
+
+int
+GpuivfSlotsPerBackend(void)
+{
+    return GpuivfShmem != NULL ? GpuivfShmem->slots_per_backend : 1;
 }
 
 /* shmem_request_hook: MaxBackends is known here (not yet in _PG_init). */
@@ -83,9 +113,10 @@ ShmemStartupHook(void)
     GpuivfShmem = (GpuivfShared *) ShmemInitStruct("gpuivf GPU worker", ShmemBytes(), &found);
     if (!found)
     {
-        memset(GpuivfShmem, 0, SlotsBytes(MaxBackends));
+        memset(GpuivfShmem, 0, SlotsBytes(MaxBackends * SlotsPerBackend()));
         GpuivfShmem->nworkers = GpuivfRegisteredWorkers;
-        GpuivfShmem->nslots = MaxBackends;
+        GpuivfShmem->slots_per_backend = SlotsPerBackend();
+        GpuivfShmem->nslots = MaxBackends * SlotsPerBackend();
         GpuivfShmem->payload_bytes = PayloadBytes();
         pg_atomic_init_u32(&GpuivfShmem->max_slot, 0);
         pg_atomic_init_u64(&GpuivfShmem->fallbacks_no_worker, 0);
@@ -111,7 +142,7 @@ ShmemStartupHook(void)
             pg_atomic_init_u64(&w->builds, 0);
             pg_atomic_init_u64(&w->exact_knn, 0);
         }
-        for (int i = 0; i < MaxBackends; i++)
+        for (int i = 0; i < GpuivfShmem->nslots; i++)
             SpinLockInit(&GpuivfShmem->slots[i].mutex);
     }
     LWLockRelease(AddinShmemInitLock);
@@ -239,10 +270,13 @@ GpuivfAbandonRequest(GpuivfRequestSlot *slot)
 static void
 AbandonAtExit(int code, Datum arg)
 {
-    int         slotno = DatumGetInt32(arg);
+    int         first = DatumGetInt32(arg);
 
-    if (GpuivfShmem != NULL && slotno < GpuivfShmem->nslots)
-        GpuivfAbandonRequest(&GpuivfShmem->slots[slotno]);
+    if (GpuivfShmem == NULL)
+        return;
+    for (int i = 0; i < GpuivfShmem->slots_per_backend; i++)
+        if (first + i < GpuivfShmem->nslots)
+            GpuivfAbandonRequest(&GpuivfShmem->slots[first + i]);
 }
 
 /* A TAKEN slot whose worker is gone is answered "worker gone" here. */
@@ -285,28 +319,15 @@ ReclaimIfWorkerGone(GpuivfRequestSlot *slot)
 }
 
 /*
- * This backend's request slot, FREE and ready to fill; NULL when the
- * library was not preloaded or this process has no slot.  A request
- * abandoned by an earlier owner of this PGPROC is waited out first.
+ * Wait until this backend's slot is FREE: a request an earlier owner of
+ * this PGPROC (or an interrupted search of this one) left SUBMITTED or DONE
+ * is dropped, one it abandoned while TAKEN is waited out (its worker frees
+ * it) or reclaimed from a dead worker.  Its part of the payload area is
+ * then nobody else's.
  */
-GpuivfRequestSlot *
-GpuivfMySlot(void)
+static void
+WaitSlotFree(GpuivfRequestSlot *slot)
 {
-    GpuivfRequestSlot *slot;
-    int         slotno;
-
-    if (GpuivfShmem == NULL || MyProc == NULL)
-        return NULL;
-    slotno = MyProc->pgprocno;
-    if (slotno < 0 || slotno >= GpuivfShmem->nslots)
-        return NULL;
-    slot = &GpuivfShmem->slots[slotno];
-    if (!exit_callback_registered)
-    {
-        before_shmem_exit(AbandonAtExit, Int32GetDatum(slotno));
-        exit_callback_registered = true;
-    }
-
     for (;;)
     {
         int         state;
@@ -315,14 +336,12 @@ GpuivfMySlot(void)
         state = slot->state;
         if (state == GPUIVF_REQ_SUBMITTED || state == GPUIVF_REQ_DONE)
         {
-            /* left behind by an earlier owner that did not clean up */
             slot->state = GPUIVF_REQ_FREE;
             state = GPUIVF_REQ_FREE;
         }
         SpinLockRelease(&slot->mutex);
         if (state == GPUIVF_REQ_FREE)
-            break;
-        /* TAKEN and abandoned by an earlier owner */
+            return;
         if (ReclaimIfWorkerGone(slot))
             continue;
         (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10,
@@ -330,19 +349,69 @@ GpuivfMySlot(void)
         ResetLatch(MyLatch);
         CHECK_FOR_INTERRUPTS();
     }
-    slot->abandoned = false;
-    slot->result = GPUIVF_RESULT_OK;
-    slot->fallback_ok = false;
-    slot->sqlerrcode = 0;
-    slot->message[0] = '\0';
-    slot->detail[0] = '\0';
-    slot->preferred_worker = -1;
-    slot->target_worker = -1;
-    slot->nshards = 1;
-    slot->shard = 0;
-    slot->dsm = DSM_HANDLE_INVALID;
-    slot->taken_by = -1;
-    return slot;
+}
+
+/*
+ * n request slots of this backend, FREE and ready to fill, each with an
+ * equal share of the backend's payload area (n = 1: all of it); false when
+ * the library was not preloaded, this process has no slots or n is more
+ * than it has.  Every slot of the backend is waited free first, used or
+ * not: the shares of the last search may overlap this one's.
+ */
+bool
+GpuivfMySlots(int n, GpuivfRequestSlot **slots)
+{
+    int         per;
+    int         first;
+    Size        share;
+
+    if (GpuivfShmem == NULL || MyProc == NULL)
+        return false;
+    per = GpuivfShmem->slots_per_backend;
+    first = MyProc->pgprocno * per;
+    if (n < 1 || n > per || MyProc->pgprocno < 0 || first + per > GpuivfShmem->nslots)
+        return false;
+    if (!exit_callback_registered)
+    {
+        before_shmem_exit(AbandonAtExit, Int32GetDatum(first));
+        exit_callback_registered = true;
+    }
+
+    for (int i = 0; i < per; i++)
+        WaitSlotFree(&GpuivfShmem->slots[first + i]);
+    share = n == 1 ? GpuivfShmem->payload_bytes
+        : TYPEALIGN_DOWN(MAXIMUM_ALIGNOF, GpuivfShmem->payload_bytes / n);
+    for (int i = 0; i < n; i++)
+    {
+        GpuivfRequestSlot *slot = &GpuivfShmem->slots[first + i];
+
+        slot->abandoned = false;
+        slot->result = GPUIVF_RESULT_OK;
+        slot->fallback_ok = false;
+        slot->sqlerrcode = 0;
+        slot->message[0] = '\0';
+        slot->detail[0] = '\0';
+        slot->preferred_worker = -1;
+        slot->target_worker = -1;
+        slot->nshards = 1;
+        slot->shard = 0;
+        slot->dsm = DSM_HANDLE_INVALID;
+        slot->taken_by = -1;
+        slot->payload_off = (Size) i * share;
+        slot->payload_cap = share;
+        slots[i] = slot;
+    }
+    return true;
+}
+
+/* This backend's (first) request slot, with its whole payload area; NULL
+ * when it has none (GpuivfMySlots). */
+GpuivfRequestSlot *
+GpuivfMySlot(void)
+{
+    GpuivfRequestSlot *slot;
+
+    return GpuivfMySlots(1, &slot) ? slot : NULL;
 }
 
 /* Raise max_slot to cover slotno (workers look at slots below it). */
@@ -551,7 +620,7 @@ GpuivfFinishRequest(int worker, int slotno)
     SpinLockRelease(&slot->mutex);
     /* the system call of the wake-up is made by the worker's wake-up thread
      * when it runs (gpuivfwaker.cpp) */
-    GpuivfWakeBackend(&GetPGProcByNumber(slotno)->procLatch);
+    GpuivfWakeBackend(&GetPGProcByNumber(slotno / GpuivfShmem->slots_per_backend)->procLatch);
 }
 
 /* A worker on its way out answers everything it holds with "gone". */

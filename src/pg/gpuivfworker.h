@@ -122,8 +122,13 @@ typedef enum GpuivfResultCode
 } GpuivfResultCode;
 
 /*
- * One slot per PGPROC (slot number = pgprocno), so a backend never competes
- * for a slot; the payload area of each slot is gpuivf.request_buffer bytes.
+ * Request slots belong to PGPROCs: slots_per_backend of them each (one, or
+ * one per worker when there are several, so that a sharded search asks
+ * every shard at once), slot number = pgprocno * slots_per_backend + i, so
+ * a backend never competes for a slot.  Each PGPROC has one payload area of
+ * gpuivf.request_buffer bytes; a request uses the part of it its slot names
+ * (payload_off, payload_cap): all of it for the first slot alone, an equal
+ * share each when a sharded search uses several (GpuivfMySlots).
  */
 typedef struct alignas(PG_CACHE_LINE_SIZE) GpuivfRequestSlot
 {
@@ -156,6 +161,8 @@ typedef struct alignas(PG_CACHE_LINE_SIZE) GpuivfRequestSlot
     int         kmax;           /* result stride: the largest k of the queries */
     dsm_handle  dsm;            /* TRAIN / ENCODE / EXACT_KNN data */
     int64       arg[4];         /* TRAIN / ENCODE / EXACT_KNN parameters */
+    Size        payload_off;    /* SEARCH: its part of the backend's payload */
+    Size        payload_cap;    /* area (GpuivfSlotPayload, GpuivfSlotCapacity) */
 
     /* the answer (written by the worker before DONE) */
     int         result;         /* GpuivfResultCode */
@@ -172,8 +179,9 @@ typedef struct alignas(PG_CACHE_LINE_SIZE) GpuivfRequestSlot
 typedef struct GpuivfShared
 {
     int         nworkers;       /* registered at start-up */
-    int         nslots;         /* MaxBackends */
-    Size        payload_bytes;  /* per slot */
+    int         nslots;         /* MaxBackends * slots_per_backend */
+    int         slots_per_backend;
+    Size        payload_bytes;  /* per backend (PGPROC) */
     pg_atomic_uint32 max_slot;  /* 1 + highest slot ever submitted to */
     pg_atomic_uint64 fallbacks_no_worker;  /* requests no worker could take */
     GpuivfWorkerSlot workers[GPUIVF_MAX_WORKERS];
@@ -258,6 +266,7 @@ extern GpuivfShared *GpuivfShmem;
 void        GpuivfShmemRequest(void);       /* shmem_request_hook */
 void        GpuivfShmemStartup(void);       /* shmem_startup_hook */
 char       *GpuivfSlotPayload(int slotno);
+Size        GpuivfSlotCapacity(int slotno);    /* 0: the slot's part is malformed */
 bool        GpuivfWorkerAlive(const GpuivfWorkerSlot *w, uint64 incarnation);
 int         GpuivfReadyWorkers(void);
 bool        GpuivfWorkerReady(int worker);
@@ -265,6 +274,11 @@ void        GpuivfWakeWorker(int preferred);
 /* backend side: submit the filled slot of this backend and wait for DONE;
  * interruptible (cancel, timeout, exit leave the queue consistent) */
 GpuivfRequestSlot *GpuivfMySlot(void);
+/* n (<= GpuivfSlotsPerBackend()) slots of this backend at once, each with
+ * an equal share of its payload area (a sharded search); false when this
+ * process has none */
+bool        GpuivfMySlots(int n, GpuivfRequestSlot **slots);
+int         GpuivfSlotsPerBackend(void);
 bool        GpuivfSubmitAndWait(GpuivfRequestSlot *slot);   /* false: timed out */
 /* the same in two steps (a build encodes its next batch meanwhile), with
  * the wait's limit given (0: none, for builds and exact kNN) */

@@ -7,6 +7,10 @@
 #  - the merged answers equal the CPU's and the unsharded worker's for L2,
 #    inner product and cosine, with and without stored vectors;
 #  - rows inserted after the shards were loaded are found;
+#  - the shards are asked at once: with every search made to take 2 s, a
+#    sharded query takes about 2 s, not 4 (one after the other); a
+#    statement_timeout while both shards search leaves no request behind
+#    (the next sharded searches answer correctly);
 #  - gpuivf.shards = 0 shards on its own when one copy exceeds
 #    gpuivf.gpu_memory_limit and two halves fit;
 #  - a shard worker that is gone, or fails a search with a device error
@@ -19,7 +23,7 @@ use File::Basename qw(dirname);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(usleep);
+use Time::HiRes qw(usleep time);
 use GpuivfTest;
 
 my $fake = fake_gpu_engine();
@@ -30,6 +34,8 @@ local $ENV{GPUIVF_FAKE_DEVICES} = 2;
 my $tmp = PostgreSQL::Test::Utils::tempdir('gpuivf_shards');
 my $fail_file = "$tmp/fail";
 local $ENV{GPUIVF_FAKE_FAIL_FILE} = $fail_file;
+my $delay_file = "$tmp/delay";
+local $ENV{GPUIVF_FAKE_DELAY_FILE} = $delay_file;
 
 my $node = fake_gpu_node('worker_shards', $fake, "gpuivf.devices = '0,1'\nmax_connections = 20\n");
 
@@ -52,6 +58,7 @@ $node->safe_psql('postgres', q{
 my @ids = (1, 77, 500, 1234, 2222, 3999);
 my @vecs = map { $node->safe_psql('postgres', "SELECT v FROM items WHERE id = $_") } @ids;
 my $knn = 'SET gpuivf.probes = 5; SET gpuivf.rerank_candidates = 40; SET enable_seqscan = off;';
+my ($rc, $out, $err);
 
 # every query of @vecs on table/op, LIMIT k, under device and shards
 sub answers
@@ -108,8 +115,29 @@ for my $case (['items', '<->', 'L2'], ['items', '<=>', 'cosine'], ['plain', '<->
 	is($sharded, answers($table, $op, 'cpu', 2), "$name: and the answers still equal the CPU's");
 }
 
+# ------------------------------------- the shards are asked at the same time
+my $expected = answers('items', '<->', 'cpu', 2, 5);
+my $one = "SET gpuivf.device = gpu; SET gpuivf.shards = 2; $knn\n"
+  . "SELECT string_agg(id || ':' || d, ',') FROM (SELECT id, v <-> '$vecs[0]' AS d FROM items "
+  . "ORDER BY v <-> '$vecs[0]' LIMIT 5) r;";
+my ($first_answer) = split /\n/, $expected;
+is($node->safe_psql('postgres', $one), $first_answer, 'a sharded query (warm-up) answers');
+PostgreSQL::Test::Utils::append_to_file($delay_file, '2000');
+my $t0 = time();
+is($node->safe_psql('postgres', $one), $first_answer, 'with every search taking 2 s, the sharded query answers');
+my $took = time() - $t0;
+note(sprintf('a sharded query with 2 s searches took %.2f s', $took));
+cmp_ok($took, '>=', 1.9, 'it waited for the slow searches');
+cmp_ok($took, '<', 3.5, 'both shards searched at once (one after the other takes 4 s or more)');
+
+($rc, $out, $err) = $node->psql('postgres', "SET statement_timeout = '500ms'; $one");
+like($err, qr/canceling statement due to statement timeout/,
+	'statement_timeout ends the wait for both shards');
+unlink $delay_file;
+is(answers('items', '<->', 'gpu', 2, 5), $expected,
+	'the next sharded searches (once the shards let go of the abandoned requests) answer as the CPU does');
+
 # ------------------------------------------- automatic sharding by memory
-my ($rc, $out, $err);
 # one copy of items_l2 needs about 4000 * 92 * 1.25 bytes = 450 kB plus the
 # model; half of it fits 400 kB
 $node->safe_psql('postgres', "ALTER SYSTEM SET gpuivf.gpu_memory_limit = '400kB'; SELECT pg_reload_conf()");
