@@ -87,8 +87,8 @@ CompareUint64(const void *a, const void *b)
  * Whether the n ids (UINT64_MAX ends them) hold one twice.  An index copy
  * may hold a heap TID twice while a load catches up with its reuse; that
  * is rare, so the answers are copied as they are unless this says so.
- * Sorting a copy keeps a shard's 200 candidates from costing 20,000
- * comparisons; a few are compared pairwise.
+ * Sorting a copy keeps a LIMIT 1000 from costing 500,000 comparisons; a
+ * few are compared pairwise.
  */
 static bool
 HasDuplicateIds(const uint64 *ids, int n, uint64 *scratch)
@@ -161,7 +161,9 @@ WriteAnswers(const int *slotnos, bool sharded, int dims, const GroupQuery *gq, i
         double     *radc = (double *) (payload + l.adc_off) + (Size) g->pos * r->kmax;
         const uint64 *src_ids = ids + j * kmax;
         const double *src_d = dist + j * kmax;
-        bool        dedupe = HasDuplicateIds(src_ids, qk[j], scratch);
+        /* a shard's candidates go to the backend's merge, which drops a
+         * duplicate TID from the rows it returns */
+        bool        dedupe = !sharded && HasDuplicateIds(src_ids, qk[j], scratch);
         int         got = 0;
 
         for (int t = 0; t < qk[j]; t++)
