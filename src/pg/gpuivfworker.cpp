@@ -203,7 +203,7 @@ GpuivfWorkerInit(void)
                                &gpuivf_devices, "", PGC_POSTMASTER, 0, NULL, NULL, NULL);
     DefineCustomIntVariable("gpuivf.request_buffer",
                             "Shared memory per backend for GPU worker requests.",
-                            "Larger batches of queries are sent in several requests.",
+                            "Larger batches of queries are sent in several requests; a search of an index sharded over n GPUs gives each shard's request 1/n of it.",
                             &gpuivf_request_buffer, 128, 64, 65536, PGC_POSTMASTER, GUC_UNIT_KB,
                             NULL, NULL, NULL);
     DefineCustomIntVariable("gpuivf.search_streams",
