@@ -12,6 +12,9 @@
 
 #include <cstdint>
 #include <exception>
+#if defined(GPUIVF_SCAN_PHASE_CLOCKS) || defined(GPUIVF_RESCORE_PHASE_CLOCKS)
+#include <cstdio>
+#endif
 
 #include "gpuivf_cuda.h"
 
@@ -131,6 +134,31 @@ __device__ __forceinline__ void prefetch_l2(const void *p, size_t bytes) {
     for (uintptr_t line = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(127); line < end; line += 128)
         asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
 }
+
+#if defined(GPUIVF_SCAN_PHASE_CLOCKS) || defined(GPUIVF_RESCORE_PHASE_CLOCKS)
+/* Phase clocks, a measurement knob (NOTES.md, cuda/bench/phase_clocks.sh):
+ * a kernel built with its GPUIVF_*_PHASE_CLOCKS flag marks the ends of five
+ * phases with clock64(), and one of its blocks prints the cycles of each as
+ * "<label> c1 c2 c3 c4 c5".  A phase not marked (a branch not taken) counts
+ * 0 and its time goes to the next one.  Without the flags kernels declare
+ * none and their marks compile to nothing. */
+struct PhaseClocks {
+    long long at[6];
+    __device__ __forceinline__ void start() {
+        at[0] = clock64();
+        for (int i = 1; i < 6; i++) at[i] = at[0];
+    }
+    __device__ __forceinline__ void mark(int phase) {
+        at[phase + 1] = clock64();
+        for (int i = phase + 2; i < 6; i++) at[i] = at[phase + 1];
+    }
+    __device__ void print(const char *label) const {
+        printf("%s %lld %lld %lld %lld %lld\n", label, at[1] - at[0], at[2] - at[1], at[3] - at[2], at[4] - at[3],
+               at[5] - at[4]);
+    }
+};
+#endif
+
 __device__ __forceinline__ Key key_min(Key a, Key b) { return a < b ? a : b; }
 __device__ __forceinline__ Key key_max(Key a, Key b) { return a < b ? b : a; }
 

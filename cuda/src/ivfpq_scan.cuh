@@ -34,10 +34,6 @@
 #ifndef GPUIVF_CUDA_IVFPQ_SCAN_CUH
 #define GPUIVF_CUDA_IVFPQ_SCAN_CUH
 
-#ifdef GPUIVF_SCAN_PHASE_CLOCKS
-#include <cstdio>
-#endif
-
 #include "block_kth.cuh"
 #include "select.h"
 #include "warp_select.cuh"
@@ -231,13 +227,12 @@ __device__ __forceinline__ void build_list_lut(const IvfPqScanArgs &a, const flo
  * prologue, of the table build, of the scan loop, of the final cut and of
  * the output. */
 #ifdef GPUIVF_SCAN_PHASE_CLOCKS
-#define GPUIVF_SCAN_CLOCK_START() long long scan_clock[6] = {clock64(), 0, 0, 0, 0, 0}
-#define GPUIVF_SCAN_CLOCK(i) (scan_clock[(i) + 1] = clock64())
+#define GPUIVF_SCAN_CLOCK_START()                                                                                  \
+    PhaseClocks scan_clock;                                                                                        \
+    scan_clock.start()
+#define GPUIVF_SCAN_CLOCK(i) scan_clock.mark(i)
 #define GPUIVF_SCAN_CLOCK_PRINT()                                                                                  \
-    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)                                                    \
-    printf("scan_phase_clocks %lld %lld %lld %lld %lld\n", scan_clock[1] - scan_clock[0],                        \
-           scan_clock[2] - scan_clock[1], scan_clock[3] - scan_clock[2], scan_clock[4] - scan_clock[3],             \
-           scan_clock[5] - scan_clock[4])
+    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) scan_clock.print("scan_phase_clocks")
 #else
 #define GPUIVF_SCAN_CLOCK_START() (void)0
 #define GPUIVF_SCAN_CLOCK(i) (void)0

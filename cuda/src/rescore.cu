@@ -19,9 +19,6 @@
  * final sort of a 10-candidate row does not occupy 1,024 threads.
  */
 #include <algorithm>
-#ifdef GPUIVF_RESCORE_PHASE_CLOCKS
-#include <cstdio>
-#endif
 
 #include "block_kth.cuh"
 #include "rescore.h"
@@ -54,15 +51,20 @@ __device__ __forceinline__ Key value_order(double v) {
 /* Measurement knob: GPUIVF_RESCORE_PHASE_CLOCKS prints block 0's cycles to
  * the survivors, to the candidates, to the distances, to the ranks, to the end. */
 #ifdef GPUIVF_RESCORE_PHASE_CLOCKS
-#define RESCORE_CLOCK(i) (rclk[(i) + 1] = clock64())
+#define RESCORE_CLOCK_START()                                                                                      \
+    PhaseClocks rescore_clock;                                                                                     \
+    rescore_clock.start()
+#define RESCORE_CLOCK(i) rescore_clock.mark(i)
+#define RESCORE_CLOCK_PRINT()                                                                                      \
+    if (blockIdx.x == 0 && threadIdx.x == 0 && a.runs > 1) rescore_clock.print("rescore_phase_clocks")
 #else
+#define RESCORE_CLOCK_START() (void)0
 #define RESCORE_CLOCK(i) (void)0
+#define RESCORE_CLOCK_PRINT() (void)0
 #endif
 
 __global__ void __launch_bounds__(kMaxThreads) rescore_kernel(const RescoreArgs a) {
-#ifdef GPUIVF_RESCORE_PHASE_CLOCKS
-    long long rclk[6] = {clock64(), 0, 0, 0, 0, 0};
-#endif
+    RESCORE_CLOCK_START();
     extern __shared__ Key run_survivors[]; /* a row of runs: its keys at or below the bound */
     __shared__ double vals[kMaxCandidates];
     __shared__ Key order[kMaxCandidates]; /* value_order(vals[e]) */
@@ -269,12 +271,8 @@ __global__ void __launch_bounds__(kMaxThreads) rescore_kernel(const RescoreArgs 
         }
     }
     for (int e = kept + threadIdx.x; e < a.out_ld; e += threads) put(e, inf, 0.0f, UINT64_MAX);
-#ifdef GPUIVF_RESCORE_PHASE_CLOCKS
-    rclk[5] = clock64();
-    if (blockIdx.x == 0 && threadIdx.x == 0 && a.runs > 1)
-        printf("rescore_phase_clocks %lld %lld %lld %lld %lld\n", rclk[1] - rclk[0], rclk[2] - rclk[1],
-               rclk[3] - rclk[2], rclk[4] - rclk[3], rclk[5] - rclk[4]);
-#endif
+    RESCORE_CLOCK(4);
+    RESCORE_CLOCK_PRINT();
 }
 
 }  // namespace
