@@ -455,7 +455,8 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
         GpuivfRequestSlot *r = &GpuivfShmem->slots[slotnos[i]];
 
         if (r->nq < 1 || r->kmax < 1 || r->kmax > GPUIVF_CUDA_MAX_K || r->dims != dims ||
-            GpuivfSearchPayloadLayout(r->nq, dims, r->kmax, sharded).total > GpuivfSlotCapacity(slotnos[i]))
+            GpuivfSearchPayloadLayout(r->nq, dims, r->kmax, sharded).total >
+            GpuivfSlotCapacity(slotnos[i]))
             elog(ERROR, "gpuivf GPU worker got a malformed search request (%d queries, k %d, %d dimensions)",
                  r->nq, r->kmax, r->dims);
         generation = Max(generation, r->generation);

@@ -8,13 +8,14 @@
  *   TAKEN --worker writes the answer--> DONE --backend reads it--> FREE
  *
  * A backend owns its slots (numbers pgprocno * slots_per_backend + i)
- * while FREE, SUBMITTED (it may withdraw them) and DONE; a worker owns it while TAKEN.  A backend that
- * leaves while its request is TAKEN (cancel, statement_timeout, exit) sets
- * `abandoned` and the worker frees the slot when it is done instead of
- * answering.  The next owner of that PGPROC waits for that (bounded: the
+ * while FREE, SUBMITTED (it may withdraw them) and DONE; a worker owns a
+ * slot while TAKEN.  A backend that leaves while its request is TAKEN
+ * (cancel, statement_timeout, exit) sets `abandoned` and the worker frees
+ * the slot when it is done instead of answering.  The backend's next
+ * request, or the next owner of that PGPROC, waits for that (bounded: the
  * worker finishes its batch, or it is gone and the slot is reclaimed).
- * Every transition happens under the slot's spinlock; the payload belongs to
- * whoever owns the slot, so it needs no lock.
+ * Every transition happens under the slot's spinlock; the payload part a
+ * slot names belongs to whoever owns the slot, so it needs no lock.
  *
  * Waking: a worker sets `idle` before its last look at the queue and sleeps
  * on its latch; a backend that submitted sets the latch of one idle worker.
@@ -83,12 +84,6 @@ GpuivfSlotCapacity(int slotno)
         r->payload_cap > GpuivfShmem->payload_bytes - r->payload_off)
         return 0;
     return r->payload_cap;
-}
-
-int
-GpuivfSlotsPerBackend(void)
-{
-    return GpuivfShmem != NULL ? GpuivfShmem->slots_per_backend : 1;
 }
 
 /* shmem_request_hook: MaxBackends is known here (not yet in _PG_init). */

@@ -274,11 +274,10 @@ void        GpuivfWakeWorker(int preferred);
 /* backend side: submit the filled slot of this backend and wait for DONE;
  * interruptible (cancel, timeout, exit leave the queue consistent) */
 GpuivfRequestSlot *GpuivfMySlot(void);
-/* n (<= GpuivfSlotsPerBackend()) slots of this backend at once, each with
- * an equal share of its payload area (a sharded search); false when this
+/* n slots of this backend at once (at most one per worker), each with an
+ * equal share of its payload area (a sharded search); false when this
  * process has none */
 bool        GpuivfMySlots(int n, GpuivfRequestSlot **slots);
-int         GpuivfSlotsPerBackend(void);
 bool        GpuivfSubmitAndWait(GpuivfRequestSlot *slot);   /* false: timed out */
 /* the same in two steps (a build encodes its next batch meanwhile), with
  * the wait's limit given (0: none, for builds and exact kNN) */
