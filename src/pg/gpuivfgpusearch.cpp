@@ -407,6 +407,16 @@ FreeStream(void)
 
 /* --------------------------------------------------------- searching */
 
+uint64
+GpuivfGroupGeneration(const int *slotnos, int n)
+{
+    uint64      generation = 0;
+
+    for (int i = 0; i < n; i++)
+        generation = Max(generation, GpuivfShmem->slots[slotnos[i]].generation);
+    return generation;
+}
+
 /*
  * Search the queries of every request of the group (one index): one engine
  * call per candidate count.  A query's candidates are max(k, rerank) when
@@ -431,7 +441,6 @@ bool
 GpuivfServeSearchGroup(int worker, int *slotnos, int n)
 {
     GpuivfRequestSlot *first = &GpuivfShmem->slots[slotnos[0]];
-    uint64      generation = 0;
     int64       nq = 0;
     int         dims = first->dims;
     bool        sharded = first->nshards > 1;
@@ -459,10 +468,9 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
             GpuivfSlotCapacity(slotnos[i]))
             elog(ERROR, "gpuivf GPU worker got a malformed search request (%d queries, k %d, %d dimensions)",
                  r->nq, r->kmax, r->dims);
-        generation = Max(generation, r->generation);
         nq += r->nq;
     }
-    ref = GpuivfGetCopyFor(first, generation);
+    ref = GpuivfGetCopyFor(first, GpuivfGroupGeneration(slotnos, n));
 
     /* every query with its own k, nprobe and candidates, sorted by candidates */
     gq = (GroupQuery *) palloc_extended(sizeof(GroupQuery) * nq, MCXT_ALLOC_HUGE);

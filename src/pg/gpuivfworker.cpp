@@ -437,13 +437,7 @@ ServeGroup(int worker, int *slotnos, int n, MemoryContext batchcxt)
     bool        xact = true;
 
     if (first->kind == GPUIVF_KIND_SEARCH)
-    {
-        uint64      generation = 0;
-
-        for (int i = 0; i < n; i++)
-            generation = Max(generation, GpuivfShmem->slots[slotnos[i]].generation);
-        xact = !GpuivfCopyIsCurrent(first, generation);
-    }
+        xact = !GpuivfCopyIsCurrent(first, GpuivfGroupGeneration(slotnos, n));
 
     PG_TRY();
     {

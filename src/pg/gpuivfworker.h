@@ -353,6 +353,9 @@ void        GpuivfWakeBackend(Latch *latch);
 extern int  gpuivf_search_streams;      /* gpuivf.search_streams */
 void        GpuivfSearchStreamsStart(int device, int nstreams);
 bool        GpuivfServeSearchGroup(int worker, int *slotnos, int n);   /* true: answered later */
+/* the newest metapage generation a search group's requests saw: its copy
+ * must cover it */
+uint64      GpuivfGroupGeneration(const int *slotnos, int n);
 int         GpuivfSearchesInFlight(void);
 bool        GpuivfFinishSearches(bool wait);
 void        GpuivfDrainSearches(void);
