@@ -356,6 +356,13 @@ if [ -n "${AB:-}" ]; then
 	done
 fi
 
+# Restart the cluster (after ALTER SYSTEM of a postmaster setting); $1, if
+# given, is exported to the postmaster first (e.g. GPUIVF_FAKE_INSTANT=1).
+restart_pg() {
+	as_pg "${1:+export $1; }pg_ctl -D $W/data -m fast -w restart -l $W/server.log >/dev/null"
+	sleep 2
+}
+
 # After a restart: one GPU query, so that the worker loads the index before
 # a timed row.
 warm_gpu() {
@@ -366,16 +373,12 @@ warm_gpu() {
 # row again under each setting (ALTER SYSTEM and a restart each; reset after).
 for set in ${SWEEP:-}; do
 	sql "ALTER SYSTEM SET ${set%%=*} = '${set#*=}'" >/dev/null
-	as_pg "pg_ctl -D $W/data -m fast -w restart -l $W/server.log >/dev/null"
-	sleep 2
+	restart_pg
 	warm_gpu
 	knn_row "gpu_${set#gpuivf.}" 64 "-c gpuivf.device=gpu"
 	sql "ALTER SYSTEM RESET ${set%%=*}" >/dev/null
 done
-if [ -n "${SWEEP:-}" ]; then
-	as_pg "pg_ctl -D $W/data -m fast -w restart -l $W/server.log >/dev/null"
-	sleep 2
-fi
+[ -n "${SWEEP:-}" ] && restart_pg
 
 # INSTANT_ENGINE=path of the CPU stand-in (make fake-gpu-engine): the
 # 64-client row with the worker running it with GPUIVF_FAKE_INSTANT, i.e. a
@@ -386,13 +389,11 @@ fi
 if [ -n "${INSTANT_ENGINE:-}" ]; then
 	cp "$INSTANT_ENGINE" "$W/instant_engine.so" && chown "$PGUSER_OS" "$W/instant_engine.so"
 	sql "ALTER SYSTEM SET gpuivf.engine_library = '$W/instant_engine.so'" >/dev/null
-	as_pg "export GPUIVF_FAKE_INSTANT=1; pg_ctl -D $W/data -m fast -w restart -l $W/server.log >/dev/null"
-	sleep 2
+	restart_pg GPUIVF_FAKE_INSTANT=1
 	warm_gpu
 	knn_row instant 64 "-c gpuivf.device=gpu"
 	sql "ALTER SYSTEM RESET gpuivf.engine_library" >/dev/null
-	as_pg "pg_ctl -D $W/data -m fast -w restart -l $W/server.log >/dev/null"
-	sleep 2
+	restart_pg
 	warm_gpu
 fi
 
