@@ -21,10 +21,15 @@
  * on its latch; a backend that submitted sets the latch of one idle worker.
  * Both sides put a full barrier between their write and their read, so a
  * request is never left with every worker asleep.  Busy workers look at the
- * queue again before sleeping: that is what grows batches under load.
+ * queue again before sleeping: that is what grows batches under load.  A
+ * backend waiting for its answer first polls its slot for
+ * gpuivf.answer_spin microseconds, yielding its core between looks, and
+ * only then sleeps on its latch (YieldUntilDone says why).
  */
 #include "gpuivf.h"
 #include "gpuivfworker.h"
+
+#include <sched.h>
 
 GpuivfShared *GpuivfShmem = NULL;
 
@@ -455,19 +460,60 @@ GpuivfSubmit(GpuivfRequestSlot *slot)
 }
 
 /*
+ * Look at the slot for up to us microseconds, giving the core to any other
+ * runnable process between looks; true when it is DONE (gpuivf.answer_spin).
+ * Why: under load an answer takes a few hundred microseconds, and a backend
+ * that sleeps on its latch for it costs a signal from the worker, a wake-up
+ * through the kernel and a trip through the scheduler's sleep queue; one
+ * that stays runnable and yields costs only context switches, and while it
+ * yields its core runs the other backends (SetLatch sends no signal to a
+ * backend that is not sleeping).  Interruptible like the latch wait.
+ */
+static bool
+YieldUntilDone(GpuivfRequestSlot *slot, int us)
+{
+    instr_time  t0;
+    instr_time  now;
+    bool        done = false;
+
+    pgstat_report_wait_start(PG_WAIT_EXTENSION);
+    INSTR_TIME_SET_CURRENT(t0);
+    for (;;)
+    {
+        pg_read_barrier();
+        if (((volatile GpuivfRequestSlot *) slot)->state == GPUIVF_REQ_DONE)
+        {
+            done = true;
+            break;
+        }
+        CHECK_FOR_INTERRUPTS();
+        sched_yield();
+        INSTR_TIME_SET_CURRENT(now);
+        INSTR_TIME_SUBTRACT(now, t0);
+        if (INSTR_TIME_GET_MICROSEC(now) >= (uint64) us)
+            break;
+    }
+    pgstat_report_wait_end();
+    return done;
+}
+
+/*
  * Wait until the submitted slot is DONE (then the caller reads the answer
  * and calls GpuivfReleaseSlot).  The wait is interruptible: an error or
  * FATAL (cancel, statement_timeout, terminate) withdraws or abandons the
  * request first.  It ends in bounded time when the worker disappears (100
- * ms checks: answered "gone").  Returns false when timeout_ms (counted from
- * the submission; 0: no limit) passed first: the request is then abandoned
- * and the slot is no longer the caller's.
+ * ms checks: answered "gone").  It first looks without sleeping for
+ * gpuivf.answer_spin microseconds (YieldUntilDone), then sleeps on the
+ * latch, which the worker sets when it answers.  Returns false when
+ * timeout_ms (counted from the submission; 0: no limit) passed first: the
+ * request is then abandoned and the slot is no longer the caller's.
  */
 bool
 GpuivfWaitAnswer(GpuivfRequestSlot *slot, int timeout_ms)
 {
     TimestampTz start = slot->submitted_at;
     volatile bool answered = true;
+    bool        spun = false;
 
     PG_TRY();
     {
@@ -505,6 +551,12 @@ GpuivfWaitAnswer(GpuivfRequestSlot *slot, int timeout_ms)
                 GpuivfAbandonRequest(slot);
                 answered = false;
                 break;
+            }
+            if (gpuivf_answer_spin > 0 && !spun)
+            {
+                spun = true;
+                if (YieldUntilDone(slot, gpuivf_answer_spin))
+                    continue;
             }
             (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 100,
                              PG_WAIT_EXTENSION);

@@ -41,6 +41,7 @@ int         gpuivf_worker_timeout = 60000;
 int         gpuivf_request_buffer = 128;
 int         gpuivf_shards = 0;
 int         gpuivf_search_streams = 4;
+int         gpuivf_answer_spin = 150;
 char       *gpuivf_engine_library = NULL;
 
 int         GpuivfRegisteredWorkers = 0;
@@ -187,6 +188,11 @@ GpuivfWorkerInit(void)
                             &gpuivf_worker_timeout, 60000, 0, INT_MAX, PGC_USERSET, GUC_UNIT_MS,
                             NULL, NULL, NULL);
 
+    DefineCustomIntVariable("gpuivf.answer_spin",
+                            "Microseconds a backend looks for the GPU worker's answer, yielding its core between looks, before it sleeps.",
+                            "0 sleeps on the latch at once.  Under load an answer takes a few hundred microseconds; longer looks only use CPU.",
+                            &gpuivf_answer_spin, 150, 0, 1000000, PGC_USERSET, 0,
+                            NULL, NULL, NULL);
     DefineCustomIntVariable("gpuivf.shards",
                             "Shards an index is split into across the GPU workers (0 = only when it does not fit one GPU, 1 = never).",
                             "A sharded index has list l on worker l % shards; every search asks every shard.",

@@ -345,6 +345,7 @@ void        GpuivfPublishCache(void);
 /* gpuivfwaker.cpp: backends woken by a thread of the worker, not its main
  * thread (SetLatch is the one PostgreSQL call that thread makes) */
 extern bool gpuivf_wake_thread;        /* gpuivf.wake_thread */
+extern int  gpuivf_answer_spin;        /* gpuivf.answer_spin (µs) */
 bool        GpuivfWakerStart(void);
 void        GpuivfWakerStop(void);
 void        GpuivfWakeBackend(Latch *latch);

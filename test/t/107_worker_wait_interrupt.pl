@@ -7,6 +7,9 @@
 #  - the waiting backend shows the Extension wait event;
 #  - pg_cancel_backend and statement_timeout end the wait within a second or
 #    two of their time (the search still has seconds to run);
+#  - so does statement_timeout while the backend polls for its answer before
+#    sleeping (gpuivf.answer_spin), and a poll that finds the answer gives
+#    the same rows;
 #  - a terminated waiter leaves no trouble: afterwards the worker answers,
 #    with the CPU engine's rows.
 
@@ -46,8 +49,9 @@ my $knn = 'SET gpuivf.probes = 5; SET enable_seqscan = off;';
 my $q = '(SELECT v FROM items WHERE id = 42)';
 sub answers
 {
-	my ($device) = @_;
-	return $node->safe_psql('postgres', "SET gpuivf.device = $device; $knn "
+	my ($device, $settings) = @_;
+	$settings //= '';
+	return $node->safe_psql('postgres', "$settings SET gpuivf.device = $device; $knn "
 		  . "SELECT string_agg(id::text, ',' ORDER BY d, id) FROM (SELECT id, v <-> $q AS d FROM items ORDER BY v <-> $q LIMIT 7) s");
 }
 my $cpu = answers('cpu');
@@ -88,8 +92,23 @@ is(poll_until($node, "SELECT wait_event FROM pg_stat_activity WHERE pid = $pid",
 	'Extension', 'another backend waits');
 is($node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)"), 't', 'and is terminated');
 eval { $bg->quit; };
+
+# A backend polls its slot for gpuivf.answer_spin microseconds before it
+# sleeps: a timeout inside a 1 s poll ends it at its time, not after the poll.
+# First the worker finishes the abandoned searches (a new backend may reuse
+# the PGPROC of one that left a search behind and would wait for that).
+is(poll_until($node, "SELECT state FROM pg_stat_activity WHERE backend_type = 'gpuivf gpu worker'", 'idle'),
+	'idle', 'the worker is done with the abandoned searches');
+my $t2 = time();
+(undef, undef, $err) = $node->psql('postgres',
+	"SET gpuivf.answer_spin = 1000000; SET statement_timeout = '200ms'; SET gpuivf.device = gpu; $knn SELECT id FROM items ORDER BY v <-> $q LIMIT 1");
+like($err, qr/statement timeout/, 'statement_timeout ends a wait that polls');
+my $polled = time() - $t2;
+cmp_ok($polled, '<', 0.85, sprintf('at its time, not the end of the poll (%.2f s)', $polled));
 set_delay(0);
 is(answers('gpu'), $cpu, 'afterwards the worker answers, as the CPU does');
+is(answers('gpu', 'SET gpuivf.answer_spin = 0;'), $cpu, 'also to a backend that sleeps at once');
+is(answers('gpu', 'SET gpuivf.answer_spin = 1000000;'), $cpu, 'and to one that polls until the answer');
 
 $node->stop('fast');
 my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile);
