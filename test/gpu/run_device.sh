@@ -343,15 +343,17 @@ fi
 PER_WORKER=$(sql "SELECT string_agg(format('worker %s (GPU %s): %s queries in %s batches, %s indexes cached', worker, device, queries, batches, indexes_cached), '; ' ORDER BY worker) FROM gpuivf_stat")
 say "per worker: $PER_WORKER"
 
-# AB="name:PGOPTIONS|name:PGOPTIONS" AB_ROUNDS=n: the 64-client GPU row of
-# each variant, alternating, n rounds (default 3): an A/B of per-session
-# settings on one machine within one run, e.g.
+# AB="name:PGOPTIONS|name:PGOPTIONS" AB_ROUNDS=n: the GPU rows of AB_CLIENTS
+# (default 64) clients of each variant, alternating, n rounds (default 3): an
+# A/B of per-session settings on one machine within one run, e.g.
 #   AB="r200:-c gpuivf.rerank_candidates=200|r100:-c gpuivf.rerank_candidates=100"
 if [ -n "${AB:-}" ]; then
 	IFS='|' read -r -a ab_variants <<< "$AB"
 	for round in $(seq 1 "${AB_ROUNDS:-3}"); do
 		for v in "${ab_variants[@]}"; do
-			knn_row "ab_${v%%:*}" 64 "-c gpuivf.device=gpu ${v#*:}"
+			for c in ${AB_CLIENTS:-64}; do
+				knn_row "ab_${v%%:*}" "$c" "-c gpuivf.device=gpu ${v#*:}"
+			done
 		done
 	done
 fi
@@ -369,13 +371,17 @@ warm_gpu() {
 	sql "SET gpuivf.device = gpu; SET gpuivf.probes = $PROBES; SELECT count(*) FROM (SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE qid = 0) LIMIT 10) s" >/dev/null
 }
 
-# SWEEP="gpuivf.search_streams=4 gpuivf.wake_thread=off": the 64-client GPU
-# row again under each setting (ALTER SYSTEM and a restart each; reset after).
+# SWEEP="gpuivf.search_streams=4 gpuivf.wake_thread=off": the GPU rows of
+# SWEEP_CLIENTS (default 64) clients again under each setting (ALTER SYSTEM
+# and a restart each; reset after).  A setting listed twice runs twice, so
+# "a b a b" alternates.
 for set in ${SWEEP:-}; do
 	sql "ALTER SYSTEM SET ${set%%=*} = '${set#*=}'" >/dev/null
 	restart_pg
 	warm_gpu
-	knn_row "gpu_${set#gpuivf.}" 64 "-c gpuivf.device=gpu"
+	for c in ${SWEEP_CLIENTS:-64}; do
+		knn_row "gpu_${set#gpuivf.}" "$c" "-c gpuivf.device=gpu"
+	done
 	sql "ALTER SYSTEM RESET ${set%%=*}" >/dev/null
 done
 [ -n "${SWEEP:-}" ] && restart_pg
@@ -438,6 +444,20 @@ chown "$PGUSER_OS" "$W/pgrandom.sql"
 sql "EXPLAIN (COSTS OFF) $(sed -n '$p' "$W/pgrandom.sql" | sed 's/:[pl][0-9]*::text/1::text/g; s/:q/0/')" > "$W/pgrandom_plan.txt" 2>&1
 say "ten random rows by TID: $NPAGES pages of $RPP rows, plan: $(grep -m1 -oE "Tid Scan.*|Seq Scan.*" "$W/pgrandom_plan.txt")"
 pg_alone_rows pgrandom "$W/pgrandom.sql" "ten random rows by TID, no kNN"
+# SPINNERS=n: the 64-client row of PostgreSQL alone with random rows again
+# while n processes spin on the CPU (what n cores held by the GPU worker's
+# polling threads cost the backends).
+if [ -n "${SPINNERS:-}" ]; then
+	spin_pids=""
+	for i in $(seq 1 "$SPINNERS"); do
+		bash -c 'while :; do :; done' &
+		spin_pids="$spin_pids $!"
+	done
+	pgbench_run pgrandom_spin$SPINNERS 64 "$W/pgrandom.sql"
+	kill $spin_pids 2>/dev/null
+	wait $spin_pids 2>/dev/null
+	echo "pgrandom_spin$SPINNERS 64 $TPS $LAT machine_cpu=$MCPU backend_us=$BACKEND_US (ten random rows, $SPINNERS spinning processes)" | tee -a "$W/bench.txt"
+fi
 
 
 # ------------------------------------------------------------ 6. kill -9
