@@ -282,6 +282,8 @@ bool        GpuivfSubmitAndWait(GpuivfRequestSlot *slot);   /* false: timed out 
 /* the same in two steps (a build encodes its next batch meanwhile), with
  * the wait's limit given (0: none, for builds and exact kNN) */
 void        GpuivfSubmit(GpuivfRequestSlot *slot);
+/* polls the slot for gpuivf.answer_spin µs, then sleeps on the latch */
+extern int  gpuivf_answer_spin;
 bool        GpuivfWaitAnswer(GpuivfRequestSlot *slot, int timeout_ms);  /* false: timed out */
 void        GpuivfAbandonRequest(GpuivfRequestSlot *slot);
 void        GpuivfReleaseSlot(GpuivfRequestSlot *slot);
@@ -345,7 +347,6 @@ void        GpuivfPublishCache(void);
 /* gpuivfwaker.cpp: backends woken by a thread of the worker, not its main
  * thread (SetLatch is the one PostgreSQL call that thread makes) */
 extern bool gpuivf_wake_thread;        /* gpuivf.wake_thread */
-extern int  gpuivf_answer_spin;        /* gpuivf.answer_spin (µs) */
 bool        GpuivfWakerStart(void);
 void        GpuivfWakerStop(void);
 void        GpuivfWakeBackend(Latch *latch);
