@@ -6,7 +6,8 @@
 # ../shared/device/README.md), starts a cluster with
 # shared_preload_libraries = 'gpuivf', and checks and measures:
 #   1. CREATE INDEX on the GPU worker vs on the CPU: time, both verify, recall;
-#   2. GPU vs CPU answers on the same index for NQ queries (top-10 ids);
+#   2. GPU vs CPU answers on the same index for NQ queries (top-10 ids), and
+#      the same from CONC (64) concurrent clients, each asking all of them;
 #      ANALYZE's calibration with the exact kNN (ground truth) on the GPU
 #      worker vs on the CPU: time, exact_knn requests, the same curve;
 #   3. recall@10 against exact results;
@@ -188,6 +189,34 @@ sql_results gpu "$PROBES" "$W/r_gpu.txt"
 sql_results cpu "$PROBES" "$W/r_cpu.txt"
 GPU_CPU=$($PY "$W/gpuivf_device.py" compare "$W/r_gpu.txt" "$W/r_cpu.txt")
 say "GPU vs CPU, same index, nprobe $PROBES: $GPU_CPU"
+
+# ------------------------------ 2b. concurrent clients, every answer checked
+# CONC clients at once (default 64), each asking all NQ queries on the GPU,
+# client c starting at query c * NQ / CONC, so that batches mix the queries
+# of many backends; every client's answers must be the CPU's.
+CONC=${CONC:-64}
+cs0=$(wstat)
+for ((c = 0; c < CONC; c++)); do
+	f="$W/conc_$c.sql"
+	head -1 "$W/sq_gpu_$PROBES.sql" > "$f"
+	tail -n +2 "$W/sq_gpu_$PROBES.sql" | awk -v off=$((c * NQ / CONC)) -v n="$NQ" \
+		'{ a[NR - 1] = $0 } END { for (i = 0; i < n; i++) print a[(i + off) % n] }' >> "$f"
+	chown "$PGUSER_OS" "$f"
+	as_pg "psql -X -q -At -v ON_ERROR_STOP=1 -f $f" > "$W/conc_$c.txt" 2> "$W/conc_$c.err" &
+done
+wait
+cs1=$(wstat)
+CONC_OK=0
+for ((c = 0; c < CONC; c++)); do
+	r=$($PY "$W/gpuivf_device.py" compare "$W/conc_$c.txt" "$W/r_cpu.txt")
+	case "$r" in
+		"queries=$NQ same_ids_in_order=$NQ "*) CONC_OK=$((CONC_OK + 1)) ;;
+		*) say "client $c: $r $(head -c 300 "$W/conc_$c.err")" ;;
+	esac
+done
+CONC_BATCH=$(echo "$cs0 $cs1" | awk '{ if ($9 > $2) printf "%.2f", ($8 - $1) / ($9 - $2); else print "-" }')
+CONC_SUMMARY="$CONC_OK of $CONC clients got the CPU's top-10 for all $NQ queries (mean batch $CONC_BATCH)"
+say "$CONC concurrent clients on the GPU: $CONC_SUMMARY"
 
 # ---------------------------------------------- 2c. sharded (SHARDS=n)
 SHARD_SUMMARY="not run (set SHARDS=2)"
@@ -493,6 +522,7 @@ echo "  phases cpu         ${PHASES_CPU:-not run}"
 echo "  phases gpu         $PHASES_GPU"
 echo "GPU- vs CPU-built    $BUILD_AGREE"
 echo "GPU vs CPU answers   $GPU_CPU"
+echo "concurrent clients   ${CONC_SUMMARY:-not run}"
 echo "ANALYZE calibration  gpu ${CAL_GPU}s (exact_knn requests $((x1 - x0)))   cpu ${CAL_CPU}s   same curve: $CAL_SAME"
 echo "  gpu: $CAL_GPU_LOG"
 echo "  cpu: $CAL_CPU_LOG"
