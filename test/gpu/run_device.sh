@@ -201,8 +201,7 @@ for ((c = 0; c < CONC; c++)); do
 	head -1 "$W/sq_gpu_$PROBES.sql" > "$f"
 	tail -n +2 "$W/sq_gpu_$PROBES.sql" | awk -v off=$((c * NQ / CONC)) -v n="$NQ" \
 		'{ a[NR - 1] = $0 } END { for (i = 0; i < n; i++) print a[(i + off) % n] }' >> "$f"
-	chown "$PGUSER_OS" "$f"
-	as_pg "psql -X -q -At -v ON_ERROR_STOP=1 -f $f" > "$W/conc_$c.txt" 2> "$W/conc_$c.err" &
+	sqlf "$f" > "$W/conc_$c.txt" 2> "$W/conc_$c.err" &
 done
 wait
 cs1=$(wstat)
@@ -482,10 +481,9 @@ if [ -n "${SPINNERS:-}" ]; then
 		bash -c 'while :; do :; done' &
 		spin_pids="$spin_pids $!"
 	done
-	pgbench_run pgrandom_spin$SPINNERS 64 "$W/pgrandom.sql"
+	CLIENTS=64 pg_alone_rows "pgrandom_spin$SPINNERS" "$W/pgrandom.sql" "ten random rows, $SPINNERS spinning processes"
 	kill $spin_pids 2>/dev/null
 	wait $spin_pids 2>/dev/null
-	echo "pgrandom_spin$SPINNERS 64 $TPS $LAT machine_cpu=$MCPU backend_us=$BACKEND_US (ten random rows, $SPINNERS spinning processes)" | tee -a "$W/bench.txt"
 fi
 
 
