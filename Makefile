@@ -11,7 +11,10 @@ MODULE_big  = gpuivf
 DATA        = sql/gpuivf--$(EXTVERSION).sql
 PGFILEDESC  = "gpuivf - IVF-PQ vector index with a GPU engine"
 
-OBJS = $(patsubst %.cpp,%.o,$(sort $(wildcard src/pg/*.cpp)))
+# src/pg and its module folders (src/pg/gpuivf.h is the map)
+PG_SOURCES = $(sort $(wildcard src/pg/*.cpp src/pg/*/*.cpp src/pg/*/*/*.cpp))
+PG_HEADERS = $(sort $(wildcard src/pg/*.h src/pg/*/*.h src/pg/*/*/*.h))
+OBJS = $(patsubst %.cpp,%.o,$(PG_SOURCES))
 
 # pg_regress: sql/<name>.sql against expected/<name>.out, in name order.
 # Every test starts with CREATE EXTENSION IF NOT EXISTS, so a test runs alone
@@ -33,7 +36,7 @@ BUILD_DIR  ?= build
 CMAKE      ?= cmake
 CORE_LIB    = $(BUILD_DIR)/libgpuivf_core.a
 
-PG_CPPFLAGS = -I$(srcdir)/src/core
+PG_CPPFLAGS = -I$(srcdir)/src/pg -I$(srcdir)/src/core
 PG_CXXFLAGS = -std=c++17 -fno-exceptions -fno-rtti -Wno-missing-field-initializers -Wno-register
 # Single-threaded OpenBLAS when Debian's serial flavour is installed (see
 # src/core/CMakeLists.txt for why), found at run time through the rpath.
@@ -66,12 +69,12 @@ engine:
 $(CORE_LIB): engine
 $(shlib): $(CORE_LIB)
 $(OBJS): | engine
-# PGXS tracks no header dependencies without --enable-depend
-$(OBJS): $(srcdir)/src/pg/gpuivf.h $(srcdir)/src/core/gpuivf_core.h
-# (worker helper) the GPU worker files share a private header and the
-# engine's plain C header (types only: gpuivf.so does not link the engine)
-$(filter src/pg/gpuivfworker.o src/pg/gpuivfshmem.o src/pg/gpuivfclient.o src/pg/gpuivfgpuindex.o src/pg/gpuivfgpusearch.o src/pg/gpuivfwaker.o,$(OBJS)): \
-	$(srcdir)/src/pg/gpuivfworker.h $(srcdir)/cuda/include/gpuivf_cuda.h
+# PGXS tracks no header dependencies without --enable-depend: every object
+# depends on every header of src/pg (a few dozen; a header change rebuilds
+# all of src/pg, which takes well under a minute), the engine's header, and
+# the GPU engine's plain C header (types and limits only: gpuivf.so does not
+# link the engine)
+$(OBJS): $(PG_HEADERS) $(srcdir)/src/core/gpuivf_core.h $(srcdir)/cuda/include/gpuivf_cuda.h
 
 # PostgreSQL's headers have no extern "C" guards; src/pg/gpuivf.h includes
 # them inside one extern "C" block.  A PostgreSQL header included anywhere
@@ -103,7 +106,7 @@ clean: clean-engine
 clean-engine:
 	rm -rf $(BUILD_DIR)
 
-# ------------------------------------------- GPU engine (worker helper, issue 4)
+# ------------------------------------------------------------ GPU engine
 # When CMake found nvcc it has a target gpuivf_cuda (build/libgpuivf_cuda.a).
 # That library, the static CUDA runtime and cuBLAS are linked into a module of
 # their own, gpuivf_gpu.so, which only the GPU worker dlopen()s.  gpuivf.so

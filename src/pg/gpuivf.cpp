@@ -3,6 +3,10 @@
  * (settings, index options, engine start-up) and the relation options.
  */
 #include "gpuivf.h"
+#include "am/am.h"
+#include "calibration/calibration.h"
+#include "planner/planner.h"
+#include "worker/worker.h"
 
 #include <climits>
 

@@ -1,0 +1,286 @@
+/*
+ * gpuivfinsert.cpp — aminsert.
+ *
+ * One row: check and prepare the vector, find its list and PQ code with the
+ * cached model (no buffer lock held), then lock, in this order,
+ *   the vector page (metapage's vector_insert_page, else one from the FSM,
+ *   else a new page),
+ *   the list page with room (from the directory's insert_page along the
+ *   chain; a full tail gets a new page linked behind it in its own record),
+ *   the list's directory page, and the metapage,
+ * and write everything in one GenericXLog record (GpuivfLogInsert).
+ * Untrained index: only the vector page and the metapage; the first row of an
+ * index that never saw one fixes its dims.
+ */
+#include "gpuivf.h"
+#include "am/am.h"
+#include "storage/storage.h"
+
+#include "miscadmin.h"
+#include "storage/freespace.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+
+/* Give up on FSM candidates after this many stale answers, and extend. */
+#define GPUIVF_FSM_TRIES 8
+
+/* Lock buf exclusively; true when it is a vector page (or an all-zero page,
+ * *is_new) with size bytes free. */
+static bool
+VectorPageHasRoom(Buffer buf, Size size, bool *is_new)
+{
+    Page        page = BufferGetPage(buf);
+
+    *is_new = PageIsNew(page);
+    if (*is_new)
+        return true;
+    return GpuivfPageIsType(page, GPUIVF_PAGE_VECTOR) && PageGetFreeSpace(page) >= size;
+}
+
+/* A locked vector page with room for one tuple of size bytes; *is_new when
+ * the page must be initialized by the insert record. */
+static Buffer
+GetVectorBuffer(Relation index, const GpuivfMetaPageData *meta, Size size, bool *is_new)
+{
+    Buffer      buf;
+
+    if (meta->vector_insert_page != InvalidBlockNumber)
+    {
+        buf = ReadBuffer(index, meta->vector_insert_page);
+        LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
+        if (VectorPageHasRoom(buf, size, is_new))
+            return buf;
+        UnlockReleaseBuffer(buf);
+    }
+    for (int tries = 0; tries < GPUIVF_FSM_TRIES; tries++)
+    {
+        BlockNumber blkno = GetPageWithFreeSpace(index, size);
+        Size        actual = 0;
+
+        if (blkno == InvalidBlockNumber)
+            break;
+        if (blkno >= RelationGetNumberOfBlocks(index) || blkno == GPUIVF_METAPAGE_BLKNO)
+        {
+            RecordPageWithFreeSpace(index, blkno, 0);
+            continue;
+        }
+        buf = ReadBuffer(index, blkno);
+        LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
+        if (VectorPageHasRoom(buf, size, is_new))
+            return buf;
+        if (GpuivfPageIsType(BufferGetPage(buf), GPUIVF_PAGE_VECTOR))
+            actual = PageGetFreeSpace(BufferGetPage(buf));
+        UnlockReleaseBuffer(buf);
+        /* the FSM was stale: correct it and ask again */
+        RecordPageWithFreeSpace(index, blkno, actual);
+    }
+    *is_new = true;
+    return GpuivfNewBuffer(index, MAIN_FORKNUM);
+}
+
+/* Lock the metapage exclusively (always the last lock taken). */
+static Buffer
+LockMetaPage(Relation index)
+{
+    Buffer      buf = ReadBuffer(index, GPUIVF_METAPAGE_BLKNO);
+
+    LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
+    return buf;
+}
+
+/* Lock the directory page that holds list's entry. */
+static Buffer
+LockDirPage(Relation index, const GpuivfMetaPageData *meta, int list)
+{
+    Buffer      buf = ReadBuffer(index, GpuivfDirPageOf(meta, list));
+
+    LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
+    if (!GpuivfPageIsType(BufferGetPage(buf), GPUIVF_PAGE_DIRECTORY))
+        elog(ERROR, "gpuivf index \"%s\" has no directory page at block %u",
+             RelationGetRelationName(index), BufferGetBlockNumber(buf));
+    return buf;
+}
+
+/*
+ * A locked list page of list with room for one entry.  Walks the chain from
+ * the directory's insert_page; at a full tail appends a new page (record of
+ * its own).  *start_blk is where the walk began, so the insert record moves
+ * insert_page only when the walk moved past full pages.
+ */
+static Buffer
+GetListBuffer(Relation index, const GpuivfMetaPageData *meta, int list, Size size,
+              BlockNumber *start_blk)
+{
+    GpuivfListDirEntry dir = GpuivfReadDirEntry(index, meta, list);
+    BlockNumber blkno = dir.insert_page != InvalidBlockNumber ? dir.insert_page : dir.head;
+
+    *start_blk = blkno;
+    if (blkno == InvalidBlockNumber)
+    {
+        /* an empty list: create its first page unless someone just did */
+        Buffer      dirbuf = LockDirPage(index, meta, list);
+        GpuivfListDirEntry *cur = ((GpuivfListDirEntry *) PageGetContents(BufferGetPage(dirbuf))) +
+            (list % (int) GPUIVF_DIR_ENTRIES_PER_PAGE);
+
+        if (cur->head == InvalidBlockNumber)
+        {
+            /* the new page is invisible to others, so locking it after the
+             * directory page cannot deadlock */
+            Buffer      newbuf = GpuivfNewBuffer(index, MAIN_FORKNUM);
+            Buffer      metabuf = LockMetaPage(index);
+
+            GpuivfLogAppendListPage(index, InvalidBuffer, newbuf, dirbuf, list, metabuf);
+            UnlockReleaseBuffer(metabuf);
+            UnlockReleaseBuffer(dirbuf);
+            *start_blk = BufferGetBlockNumber(newbuf);
+            return newbuf;
+        }
+        blkno = cur->insert_page != InvalidBlockNumber ? cur->insert_page : cur->head;
+        *start_blk = blkno;
+        UnlockReleaseBuffer(dirbuf);
+    }
+
+    for (;;)
+    {
+        Buffer      buf = ReadBuffer(index, blkno);
+        Page        page;
+        BlockNumber next;
+
+        LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
+        page = BufferGetPage(buf);
+        if (!GpuivfPageIsType(page, GPUIVF_PAGE_LIST))
+            elog(ERROR, "gpuivf index \"%s\" has no list page at block %u",
+                 RelationGetRelationName(index), blkno);
+        if (PageGetFreeSpace(page) >= size)
+            return buf;
+        next = GpuivfPageGetOpaque(page)->nextblkno;
+        if (next == InvalidBlockNumber)
+        {
+            /* full tail: we hold it, so nobody else can append meanwhile */
+            Buffer      newbuf = GpuivfNewBuffer(index, MAIN_FORKNUM);
+            Buffer      dirbuf = LockDirPage(index, meta, list);
+            Buffer      metabuf = LockMetaPage(index);
+
+            GpuivfLogAppendListPage(index, buf, newbuf, dirbuf, list, metabuf);
+            UnlockReleaseBuffer(metabuf);
+            UnlockReleaseBuffer(dirbuf);
+            UnlockReleaseBuffer(buf);
+            return newbuf;
+        }
+        UnlockReleaseBuffer(buf);
+        blkno = next;
+        CHECK_FOR_INTERRUPTS();
+    }
+}
+
+/* Place one prepared row: pages, locks, one WAL record. */
+static void
+InsertRow(Relation index, const GpuivfMetaPageData *meta, const float4 *x, int dims,
+          ItemPointer heap_tid, int list, const uint8 *code)
+{
+    GpuivfInsertPlan plan;
+    bool        trained = GpuivfMetaIsTrained(meta);
+    Page        metapage;
+    const GpuivfMetaPageData *cur;
+
+    memset(&plan, 0, sizeof(plan));
+    plan.vecbuf = plan.listbuf = plan.dirbuf = InvalidBuffer;
+    plan.vector = x;
+    plan.dims = (uint32) dims;
+    plan.heaptid = *heap_tid;
+    plan.list = list;
+    plan.code = code;
+    plan.code_size = meta->code_size;
+    plan.new_insert_page = InvalidBlockNumber;
+
+    if (GpuivfMetaStoresVectors(meta))
+        plan.vecbuf = GetVectorBuffer(index, meta, GPUIVF_VECTOR_TUPLE_SIZE(dims), &plan.vec_init);
+    if (trained)
+    {
+        BlockNumber start_blk;
+
+        plan.listbuf = GetListBuffer(index, meta, list, GPUIVF_LIST_ENTRY_SIZE(meta->code_size),
+                                     &start_blk);
+        if (BufferGetBlockNumber(plan.listbuf) != start_blk)
+            plan.new_insert_page = BufferGetBlockNumber(plan.listbuf);
+        plan.dirbuf = LockDirPage(index, meta, list);
+    }
+    plan.metabuf = LockMetaPage(index);
+
+    /* a concurrent first row may have fixed dims since we looked */
+    metapage = BufferGetPage(plan.metabuf);
+    cur = GpuivfPageGetMeta(metapage);
+    if (cur->train_id != meta->train_id)
+        elog(ERROR, "gpuivf index \"%s\" was rebuilt during an insert",
+             RelationGetRelationName(index));
+    if (cur->dims != 0)
+        GpuivfCheckDims((int) cur->dims, dims);
+    plan.set_dims = (cur->dims == 0);
+
+    GpuivfLogInsert(index, &plan);
+
+    UnlockReleaseBuffer(plan.metabuf);
+    if (BufferIsValid(plan.dirbuf))
+        UnlockReleaseBuffer(plan.dirbuf);
+    if (BufferIsValid(plan.listbuf))
+        UnlockReleaseBuffer(plan.listbuf);
+    if (BufferIsValid(plan.vecbuf))
+    {
+        BlockNumber vecblk = BufferGetBlockNumber(plan.vecbuf);
+        Size        freespace = PageGetFreeSpace(BufferGetPage(plan.vecbuf));
+
+        UnlockReleaseBuffer(plan.vecbuf);
+        /* a page from the FSM or a racing extension: keep the FSM honest */
+        if (vecblk != meta->vector_insert_page && !plan.vec_init)
+            RecordPageWithFreeSpace(index, vecblk, freespace);
+    }
+}
+
+/* aminsert: rows whose vector is NULL are not indexed. */
+bool
+gpuivfinsert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
+             Relation heap, IndexUniqueCheck checkUnique, bool indexUnchanged,
+             IndexInfo *indexInfo)
+{
+    MemoryContext ctx;
+    MemoryContext old;
+    GpuivfIndexState *st;
+    GpuivfMetaPageData meta;
+    float4     *x;
+    int         dims;
+    int32       list = 0;
+    uint8      *code = NULL;
+
+    if (isnull[0])
+        return false;
+
+    ctx = AllocSetContextCreate(CurrentMemoryContext, "gpuivf insert", ALLOCSET_SMALL_SIZES);
+    old = MemoryContextSwitchTo(ctx);
+
+    x = GpuivfDatumGetVector(values[0], &dims);
+    GpuivfCheckMaxDims(dims);
+    st = GpuivfGetIndexState(index);
+    meta = st->meta;
+    if (meta.dims != 0)
+        GpuivfCheckDims((int) meta.dims, dims);
+    else
+        (void) GpuivfResolvePqM(index, GpuivfGetOptions(index)->pq_m, dims);
+
+    if (GpuivfMetaIsTrained(&meta))
+    {
+        float      *prepared = (float *) palloc(sizeof(float) * dims);
+        gpuivf::Status status;
+
+        gpuivf::init_blas_single_threaded();
+        gpuivf::prepare_vector(st->model.metric, x, prepared, dims);
+        code = (uint8 *) palloc0(meta.code_size);
+        status = gpuivf::ivfpq_encode(st->model, prepared, 1, &list, code, NULL);
+        if (!gpuivf::ok(status))
+            GpuivfRaiseStatus(status);
+    }
+    InsertRow(index, &meta, x, dims, heap_tid, list, code);
+
+    MemoryContextSwitchTo(old);
+    MemoryContextDelete(ctx);
+    return false;
+}

@@ -1,0 +1,340 @@
+/*
+ * calibration/sample.cpp — what a calibration measures against: the rows of
+ * an index (its vector pages, or the heap when it stores no vectors), the
+ * reservoir sample of them that becomes the queries, and the queries' exact
+ * top-k among all rows (ground truth, on the GPU worker when one is up).
+ * calibration/curve.cpp explains the whole procedure.
+ */
+#include "gpuivf.h"
+#include "calibration/calibration.h"
+#include "calibration/sample.h"
+#include "worker/worker.h"
+
+#include <cmath>
+
+#define GPUIVF_CALIB_SEED       UINT64CONST(0x6770756976660005)
+
+#define GPUIVF_TRUTH_BATCH_BYTES ((Size) 16 * 1024 * 1024)
+#define GPUIVF_TRUTH_GPU_BATCH_BYTES ((Size) 32 * 1024 * 1024)  /* one DSM segment */
+
+/* ------------------------------------------------------------ row sources */
+
+/*
+ * Every vector tuple of the index, in block order, as (vector, vector TID);
+ * one page at a time under a share lock, the sink called after unlocking.
+ */
+static void
+WalkVectorPages(Relation index, int dims, RowSinkFn sink, void *arg)
+{
+    BlockNumber nblocks = RelationGetNumberOfBlocks(index);
+    BufferAccessStrategy bas = GetAccessStrategy(BAS_BULKREAD);
+    int         cap = (int) (GPUIVF_PAGE_CAPACITY / GPUIVF_VECTOR_TUPLE_SIZE(dims)) + 1;
+    float4     *x = (float4 *) palloc(sizeof(float4) * dims * (Size) cap);
+    uint64     *ids = (uint64 *) palloc(sizeof(uint64) * cap);
+    uint64     *heap_ids = (uint64 *) palloc(sizeof(uint64) * cap);
+
+    for (BlockNumber blkno = GPUIVF_METAPAGE_BLKNO + 1; blkno < nblocks; blkno++)
+    {
+        Buffer      buf;
+        Page        page;
+        int         n = 0;
+
+        vacuum_delay_point();
+        buf = ReadBufferExtended(index, MAIN_FORKNUM, blkno, RBM_NORMAL, bas);
+        LockBuffer(buf, BUFFER_LOCK_SHARE);
+        page = BufferGetPage(buf);
+        if (GpuivfPageIsType(page, GPUIVF_PAGE_VECTOR))
+        {
+            OffsetNumber maxoff = PageGetMaxOffsetNumber(page);
+
+            for (OffsetNumber off = FirstOffsetNumber; off <= maxoff && n < cap; off++)
+            {
+                ItemId      iid = PageGetItemId(page, off);
+                GpuivfVectorTuple *vt;
+                ItemPointerData vtid;
+
+                if (!ItemIdIsNormal(iid) ||
+                    ItemIdGetLength(iid) < offsetof(GpuivfVectorTuple, x) + sizeof(float4) * dims)
+                    continue;
+                vt = (GpuivfVectorTuple *) PageGetItem(page, iid);
+                memcpy(x + (Size) n * dims, vt->x, sizeof(float4) * dims);
+                ItemPointerSet(&vtid, blkno, off);
+                heap_ids[n] = GpuivfTidToId(&vt->heaptid);
+                ids[n++] = GpuivfTidToId(&vtid);
+            }
+        }
+        UnlockReleaseBuffer(buf);
+        for (int i = 0; i < n; i++)
+            sink(arg, x + (Size) i * dims, ids[i], heap_ids[i]);
+    }
+    FreeAccessStrategy(bas);
+    pfree(x);
+    pfree(ids);
+    pfree(heap_ids);
+}
+
+typedef struct HeapWalk
+{
+    RowSinkFn   sink;
+    void       *arg;
+    int         dims;
+    MemoryContext rowctx;
+} HeapWalk;
+
+/* table_index_build_scan callback: one visible heap row with its root TID. */
+static void
+HeapWalkCallback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
+                 bool tupleIsAlive, void *arg)
+{
+    HeapWalk   *hw = (HeapWalk *) arg;
+    const float4 *x;
+    int         dims;
+
+    x = GpuivfRowVector(values, isnull, hw->rowctx, &dims);
+    if (x == NULL)
+        return;
+    if (dims == hw->dims)
+        hw->sink(hw->arg, x, GpuivfTidToId(tid), GpuivfTidToId(tid));
+    MemoryContextReset(hw->rowctx);
+}
+
+/*
+ * Every heap row the index covers (rerank = false: the index has no vectors),
+ * as (vector, heap TID), for the rows visible to a fresh MVCC snapshot.
+ */
+static void
+WalkHeapRows(Relation heap, Relation index, int dims, RowSinkFn sink, void *arg)
+{
+    IndexInfo  *indexInfo = BuildIndexInfo(index);
+    Snapshot    snapshot = RegisterSnapshot(GetLatestSnapshot());
+    TableScanDesc scan;
+    HeapWalk    hw;
+
+    hw.sink = sink;
+    hw.arg = arg;
+    hw.dims = dims;
+    hw.rowctx = AllocSetContextCreate(CurrentMemoryContext, "gpuivf calibration row",
+                                      ALLOCSET_DEFAULT_SIZES);
+    indexInfo->ii_Concurrent = true;    /* rows visible to the snapshot only */
+    scan = table_beginscan_strat(heap, snapshot, 0, NULL, true, false);
+    table_index_build_scan(heap, index, indexInfo, true, false, HeapWalkCallback,
+                           (void *) &hw, scan);
+    UnregisterSnapshot(snapshot);
+    MemoryContextDelete(hw.rowctx);
+}
+
+/* All rows of the index, from its vector pages or (no vectors) the heap. */
+void
+WalkIndexedRows(Relation index, Relation heap, const GpuivfMetaPageData *meta,
+                RowSinkFn sink, void *arg)
+{
+    if (GpuivfMetaStoresVectors(meta))
+        WalkVectorPages(index, (int) meta->dims, sink, arg);
+    else
+        WalkHeapRows(heap, index, (int) meta->dims, sink, arg);
+}
+
+/* ---------------------------------------------------------------- sample */
+
+/* An empty sample of up to cap rows of dims (the current memory context). */
+void
+CalibSampleInit(CalibSample *s, int cap, int dims)
+{
+    memset(s, 0, sizeof(*s));
+    s->cap = cap;
+    s->dims = dims;
+    s->queries = (float4 *) palloc_extended(sizeof(float4) * (Size) cap * dims, MCXT_ALLOC_HUGE);
+    s->self_ids = (uint64 *) palloc(sizeof(uint64) * cap);
+    s->self_heap_ids = (uint64 *) palloc(sizeof(uint64) * cap);
+    pg_prng_seed(&s->prng, GPUIVF_CALIB_SEED);
+}
+
+void
+SampleSink(void *arg, const float4 *x, uint64 id, uint64 heap_id)
+{
+    CalibSample *s = (CalibSample *) arg;
+    int64       slot = GpuivfReservoirSlot(&s->prng, s->nq, s->cap, s->seen);
+
+    if (slot == s->nq)
+        s->nq++;
+    if (slot >= 0)
+    {
+        memcpy(s->queries + (Size) slot * s->dims, x, sizeof(float4) * s->dims);
+        s->self_ids[slot] = id;
+        s->self_heap_ids[slot] = heap_id;
+    }
+    s->seen++;
+}
+
+/* A sample drawn by the caller (gpuivf.h): gpuivf.analyze_sample rows at
+ * most, NULL when calibration is off. */
+GpuivfCalibSample *
+GpuivfCalibSampleBegin(int dims)
+{
+    CalibSample *s;
+
+    if (gpuivf_analyze_sample <= 0 || dims <= 0)
+        return NULL;
+    s = (CalibSample *) palloc(sizeof(CalibSample));
+    CalibSampleInit(s, gpuivf_analyze_sample, dims);
+    return s;
+}
+
+/* One row of the index, in the order a walk of its rows would give it. */
+void
+GpuivfCalibSampleAdd(GpuivfCalibSample *sample, const float4 *x, uint64 id, uint64 heap_id)
+{
+    if (sample != NULL)
+        SampleSink(sample, x, id, heap_id);
+}
+
+/* ---------------------------------------------------------- ground truth */
+
+/* Brute force over batches of rows: each batch's exact top-(k+1) is merged
+ * into one k-selection per query, leaving out the query's own row. */
+typedef struct TruthState
+{
+    gpuivf::Metric metric;
+    int         dims;
+    int         nq;
+    int         k;
+    const float4 *queries;
+    const uint64 *exclude;
+    int         batch_cap;
+    int         batch_n;
+    float4     *batch_x;
+    uint64     *batch_ids;
+    float      *knn_vals;       /* nq * (k + 1) */
+    uint64     *knn_ids;
+    gpuivf::TopK *heaps;        /* nq selections of k */
+    GpuivfExactKnnJob *job;     /* the GPU worker's, or NULL: CPU; batch_x is
+                                 * in its DSM segment */
+    int64       gpu_batches;    /* batches the worker answered */
+} TruthState;
+
+static void
+TruthFlush(TruthState *ts)
+{
+    gpuivf::CancelHook cancel = {GpuivfShouldCancel, NULL};
+    int         kk = ts->k + 1;
+
+    if (ts->batch_n == 0)
+        return;
+    /* the worker's answer has the CPU's bits, so a batch it fails (auto)
+     * is simply computed here */
+    if (ts->job != NULL &&
+        GpuivfWorkerExactKnnRun(ts->job, ts->batch_n, ts->knn_vals, ts->knn_ids))
+        ts->gpu_batches++;
+    else
+        GpuivfRaiseStatus(gpuivf::exact_knn(ts->metric, ts->batch_x, ts->batch_n, ts->queries, ts->nq,
+                                            ts->dims, kk, ts->knn_vals, ts->knn_ids, &cancel));
+    for (int q = 0; q < ts->nq; q++)
+    {
+        gpuivf::TopK *h = &ts->heaps[q];
+
+        for (int j = 0; j < kk; j++)
+        {
+            uint64      row = ts->knn_ids[(Size) q * kk + j];
+            float       val = ts->knn_vals[(Size) q * kk + j];
+            uint64      id;
+
+            if (row == PG_UINT64_MAX || row >= (uint64) ts->batch_n)
+                continue;
+            id = ts->batch_ids[row];
+            if (id == ts->exclude[q])
+                continue;
+            if (val <= gpuivf::topk_threshold(h))
+                gpuivf::topk_push(h, val, id);
+        }
+    }
+    ts->batch_n = 0;
+}
+
+static void
+TruthSink(void *arg, const float4 *x, uint64 id, uint64 heap_id)
+{
+    TruthState *ts = (TruthState *) arg;
+
+    (void) heap_id;
+    memcpy(ts->batch_x + (Size) ts->batch_n * ts->dims, x, sizeof(float4) * ts->dims);
+    ts->batch_ids[ts->batch_n++] = id;
+    if (ts->batch_n == ts->batch_cap)
+        TruthFlush(ts);
+}
+
+/*
+ * The seam for ground truth (gpuivf.h).  Every row is read once (vector
+ * pages, or the heap when the index stores no vectors) in batches, and each
+ * batch's exact top-(k+1) is merged per query.  With a GPU worker up
+ * (gpuivf.device not cpu) a batch of at most GPUIVF_TRUTH_GPU_BATCH_BYTES is
+ * gathered straight into a DSM segment and answered by the worker's exact
+ * kNN (GpuivfWorkerExactKnnRun: the engine re-scores with the CPU's
+ * functions, so the merged result is the CPU's); otherwise, or for the rest
+ * after a worker failure under auto, batches of at most
+ * GPUIVF_TRUTH_BATCH_BYTES go through core exact_knn here.  *on_gpu (may be
+ * NULL) says whether the worker answered every batch.
+ */
+void
+GpuivfExactKnnForCalibration(Relation index, Relation heap, const GpuivfMetaPageData *meta,
+                             int nq, const float4 *queries, const uint64 *exclude_ids, int k,
+                             uint64 *out_ids, float *out_scores, bool *on_gpu)
+{
+    TruthState  ts;
+    float      *heap_vals;
+    uint64     *heap_ids;
+    Size        row_bytes = sizeof(float4) * meta->dims;
+
+    ts.metric = (gpuivf::Metric) meta->metric;
+    ts.dims = (int) meta->dims;
+    ts.nq = nq;
+    ts.k = k;
+    ts.queries = queries;
+    ts.exclude = exclude_ids;
+    ts.batch_n = 0;
+    ts.gpu_batches = 0;
+    /* a segment no larger than the index needs (later rows: another batch) */
+    ts.batch_cap = (int) Max((Size) 256, Min((Size) 262144, GPUIVF_TRUTH_GPU_BATCH_BYTES / row_bytes));
+    ts.batch_cap = (int) Min((uint64) ts.batch_cap, Max(meta->vectors + meta->vectors / 8, (uint64) 256));
+    ts.job = GpuivfWorkerExactKnnBegin(index, ts.metric, ts.dims, nq, queries, k + 1,
+                                       ts.batch_cap, &ts.batch_x);
+    if (ts.job == NULL)
+    {
+        ts.batch_cap = (int) Max((Size) 256, Min((Size) 65536, GPUIVF_TRUTH_BATCH_BYTES / row_bytes));
+        ts.batch_x = (float4 *) palloc_extended(row_bytes * ts.batch_cap, MCXT_ALLOC_HUGE);
+    }
+    ts.batch_ids = (uint64 *) palloc(sizeof(uint64) * ts.batch_cap);
+    ts.knn_vals = (float *) palloc(sizeof(float) * (Size) nq * (k + 1));
+    ts.knn_ids = (uint64 *) palloc(sizeof(uint64) * (Size) nq * (k + 1));
+    ts.heaps = (gpuivf::TopK *) palloc(sizeof(gpuivf::TopK) * nq);
+    heap_vals = (float *) palloc(sizeof(float) * (Size) nq * k);
+    heap_ids = (uint64 *) palloc(sizeof(uint64) * (Size) nq * k);
+    for (int q = 0; q < nq; q++)
+        gpuivf::topk_init(&ts.heaps[q], heap_vals + (Size) q * k, heap_ids + (Size) q * k, k);
+
+    WalkIndexedRows(index, heap, meta, TruthSink, &ts);
+    TruthFlush(&ts);
+    if (on_gpu != NULL)
+        *on_gpu = ts.job != NULL && ts.gpu_batches > 0 && !GpuivfWorkerExactKnnDead(ts.job);
+
+    for (int q = 0; q < nq; q++)
+    {
+        gpuivf::TopK *h = &ts.heaps[q];
+
+        gpuivf::topk_sort(h);
+        for (int j = 0; j < k; j++)
+        {
+            out_ids[(Size) q * k + j] = j < h->size ? h->ids[j] : PG_UINT64_MAX;
+            out_scores[(Size) q * k + j] = j < h->size ? h->vals[j] : INFINITY;
+        }
+    }
+    if (ts.job != NULL)
+        GpuivfWorkerExactKnnEnd(ts.job);    /* batch_x was in its segment */
+    else
+        pfree(ts.batch_x);
+    pfree(ts.batch_ids);
+    pfree(ts.knn_vals);
+    pfree(ts.knn_ids);
+    pfree(ts.heaps);
+    pfree(heap_vals);
+    pfree(heap_ids);
+}

@@ -1,0 +1,39 @@
+/*
+ * calibration/sample.h — private to calibration/: the rows of an index as a
+ * calibration reads them, and the sample of them that becomes its queries
+ * (sample.cpp).
+ */
+#ifndef GPUIVF_CALIBRATION_SAMPLE_H
+#define GPUIVF_CALIBRATION_SAMPLE_H
+
+#include "gpuivf.h"
+#include "calibration/calibration.h"
+
+/* Receives the rows of the index one at a time: raw vector, entry id (what
+ * list entries hold) and heap TID (the same without stored vectors). */
+typedef void (*RowSinkFn) (void *arg, const float4 *x, uint64 id, uint64 heap_id);
+
+/* All rows of the index, from its vector pages or (no vectors) the heap. */
+void        WalkIndexedRows(Relation index, Relation heap, const GpuivfMetaPageData *meta,
+                            RowSinkFn sink, void *arg);
+
+/* The queries: a reservoir sample (Algorithm R, fixed seed) of the rows. */
+struct CalibSample
+{
+    int         cap;
+    int         nq;
+    int         dims;
+    int64       seen;
+    float4     *queries;        /* cap * dims, raw */
+    uint64     *self_ids;       /* entry id of each query's own row */
+    uint64     *self_heap_ids;  /* and its heap TID */
+    pg_prng_state prng;
+};
+typedef struct CalibSample CalibSample;
+
+/* An empty sample of up to cap rows of dims (the current memory context). */
+void        CalibSampleInit(CalibSample *s, int cap, int dims);
+/* A RowSinkFn: one row offered to the sample's reservoir. */
+void        SampleSink(void *arg, const float4 *x, uint64 id, uint64 heap_id);
+
+#endif                          /* GPUIVF_CALIBRATION_SAMPLE_H */

@@ -1,0 +1,578 @@
+/*
+ * gpuivfsearch.cpp — GpuivfSearchBatch: the round-1 search of nq queries of
+ * one index, on the GPU worker when gpuivf.device allows and one is up, else
+ * on the CPU in this backend.  A plain index scan calls it with nq = 1 for its
+ * first round; the batched kNN join (gpuivfplanner.cpp) with a whole chunk of
+ * outer rows.  The answer of a query never depends on the batch it rode in.
+ *
+ * CPU path, per query (the algorithm of a scan's round 1):
+ *   IVF    the nprobe best lists; every entry ADC-scored into a TopK of
+ *          C = max(k, rerank) candidates; with stored vectors the C
+ *          candidates are re-ranked with exact distances; sorted by
+ *          (distance, heap TID), the first k returned.
+ *   exact  untrained index, or nprobe >= lists with stored vectors: the k
+ *          smallest exact distances over every vector tuple.
+ * The batch is processed list-major: each probed list's pages are read once
+ * and scored against every query probing it, each vector page once for all
+ * re-ranks.  TopK breaks ties by id, so the order of work changes nothing.
+ *
+ * Memory: scratch in a child context deleted at the end; hits in the
+ * caller's context.
+ */
+
+#include "gpuivf.h"
+#include "search/search.h"
+#include "storage/storage.h"
+
+#include <algorithm>
+#include <cmath>
+
+/* where GpuivfSearchBatch's scratch lives */
+typedef struct SearchScratch
+{
+    MemoryContext ctx;
+    GpuivfMetaPageData meta;
+    gpuivf::Metric metric;
+    int         dims;
+    int         code_size;
+    int         page_capacity;  /* list entries per page at most */
+    uint8      *page_codes;
+    uint64     *page_ids;
+} SearchScratch;
+
+/* one exact or re-ranked candidate */
+typedef struct SearchResult
+{
+    double      distance;
+    uint64      heapid;
+} SearchResult;
+
+/* ------------------------------------------------------------ helpers */
+
+/* (distance, heap id) ascending, NaN after every number (float8 order). */
+static inline bool
+ResultLess(double da, uint64 ia, double db, uint64 ib)
+{
+    bool        nan_a = std::isnan(da);
+    bool        nan_b = std::isnan(db);
+
+    if (nan_a != nan_b)
+        return nan_b;
+    if (!nan_a && da != db)
+        return da < db;
+    return ia < ib;
+}
+
+/* Sorts results by (distance, heap id), NaN last (std::sort: no allocation,
+ * no exceptions with this comparator). */
+static void
+SortResults(SearchResult *r, int n)
+{
+    std::sort(r, r + n, [](const SearchResult &a, const SearchResult &b) {
+        return ResultLess(a.distance, a.heapid, b.distance, b.heapid);
+    });
+}
+
+/* Bounded max-heap of the k best results (exact mode). */
+static void
+HeapPush(SearchResult *heap, int *size, int k, double distance, uint64 heapid)
+{
+    int         i;
+
+    if (*size < k)
+    {
+        i = (*size)++;
+        while (i > 0)
+        {
+            int         parent = (i - 1) / 2;
+
+            if (!ResultLess(heap[parent].distance, heap[parent].heapid, distance, heapid))
+                break;
+            heap[i] = heap[parent];
+            i = parent;
+        }
+        heap[i].distance = distance;
+        heap[i].heapid = heapid;
+        return;
+    }
+    if (!ResultLess(distance, heapid, heap[0].distance, heap[0].heapid))
+        return;
+    /* replace the worst, sift down */
+    i = 0;
+    for (;;)
+    {
+        int         l = 2 * i + 1;
+        int         r = l + 1;
+        int         big = i;
+        double      bd = distance;
+        uint64      bi = heapid;
+
+        if (l < k && ResultLess(bd, bi, heap[l].distance, heap[l].heapid))
+        {
+            big = l;
+            bd = heap[l].distance;
+            bi = heap[l].heapid;
+        }
+        if (r < k && ResultLess(bd, bi, heap[r].distance, heap[r].heapid))
+            big = r;
+        if (big == i)
+            break;
+        heap[i] = heap[big];
+        i = big;
+    }
+    heap[i].distance = distance;
+    heap[i].heapid = heapid;
+}
+
+/* Copies the hits of results[0..n) (sorted) into a palloc'd array of the
+ * caller's context, at most k. */
+static GpuivfHit *
+MakeHits(MemoryContext caller, const SearchResult *results, int n, int k, int *nhits)
+{
+    int         m = Min(n, k);
+    GpuivfHit  *hits = (GpuivfHit *) MemoryContextAlloc(caller, sizeof(GpuivfHit) * Max(m, 1));
+
+    for (int i = 0; i < m; i++)
+    {
+        GpuivfIdToTid(results[i].heapid, &hits[i].tid);
+        hits[i].distance = results[i].distance;
+    }
+    *nhits = m;
+    return hits;
+}
+
+/* --------------------------------------------------------- exact path */
+
+/*
+ * Exact top-k of the queries listed in which[0..nexact): one pass over all
+ * vector pages.
+ */
+static void
+SearchExact(Relation index, SearchScratch *s, const GpuivfQuery *queries, const int *which,
+            int nexact, MemoryContext caller, GpuivfHit **hits, int *nhits)
+{
+    BlockNumber nblocks = RelationGetNumberOfBlocks(index);
+    BufferAccessStrategy bas = GetAccessStrategy(BAS_BULKREAD);
+    SearchResult **heaps = (SearchResult **) palloc(sizeof(SearchResult *) * nexact);
+    int        *sizes = (int *) palloc0(sizeof(int) * nexact);
+    int         dims = s->dims;
+
+    for (int j = 0; j < nexact; j++)
+        heaps[j] = (SearchResult *) palloc(sizeof(SearchResult) * queries[which[j]].k);
+
+    for (BlockNumber blkno = GPUIVF_METAPAGE_BLKNO + 1; blkno < nblocks; blkno++)
+    {
+        Buffer      buf = ReadBufferExtended(index, MAIN_FORKNUM, blkno, RBM_NORMAL, bas);
+        Page        page;
+
+        LockBuffer(buf, BUFFER_LOCK_SHARE);
+        page = BufferGetPage(buf);
+        if (GpuivfPageIsType(page, GPUIVF_PAGE_VECTOR))
+        {
+            OffsetNumber maxoff = PageGetMaxOffsetNumber(page);
+
+            for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off = OffsetNumberNext(off))
+            {
+                GpuivfVectorTuple *vt = GpuivfPageVectorTuple(index, page, blkno, off, dims);
+                uint64      heapid;
+
+                if (vt == NULL)
+                    continue;
+                heapid = GpuivfTidToId(&vt->heaptid);
+                for (int j = 0; j < nexact; j++)
+                {
+                    const GpuivfQuery *q = &queries[which[j]];
+                    double      d = gpuivf::metric_distance(s->metric, q->vector, vt->x, dims);
+
+                    HeapPush(heaps[j], &sizes[j], q->k, d, heapid);
+                }
+            }
+        }
+        UnlockReleaseBuffer(buf);
+        CHECK_FOR_INTERRUPTS();
+    }
+    FreeAccessStrategy(bas);
+
+    for (int j = 0; j < nexact; j++)
+    {
+        int         qi = which[j];
+
+        SortResults(heaps[j], sizes[j]);
+        hits[qi] = MakeHits(caller, heaps[j], sizes[j], queries[qi].k, &nhits[qi]);
+    }
+}
+
+/* ----------------------------------------------------------- IVF path */
+
+/* (entry id, query) pair of the re-rank, visited in entry (block) order */
+typedef struct RerankItem
+{
+    uint64      entry;
+    int32       query;
+    int32       slot;           /* position in that query's candidate list */
+} RerankItem;
+
+/*
+ * The re-rank reads one vector page per candidate group (candidates sorted
+ * by block), scattered over the index: with pages already in shared
+ * buffers its cost is the cache misses of each page's header, line pointers
+ * and tuple, one after another.  So the pages are pinned RERANK_PIN_AHEAD
+ * groups ahead: at the pin the header, special space and the needed line
+ * pointers are prefetched, one group later the tuples they point at, and by
+ * the time a page is locked and read its lines are in cache.  Reading line
+ * pointers without the content lock only steers prefetches (which never
+ * fault); the real read happens under the lock.
+ */
+#define RERANK_PIN_AHEAD 3
+
+static Buffer
+RerankPin(Relation index, const RerankItem *items, const int64 *gstart, int64 g)
+{
+    Buffer      buf = ReadBufferExtended(index, MAIN_FORKNUM,
+                                         (BlockNumber) (items[gstart[g]].entry >> 16),
+                                         RBM_NORMAL, NULL);
+    char       *page = (char *) BufferGetPage(buf);
+
+    __builtin_prefetch(page);
+    __builtin_prefetch(page + BLCKSZ - 64);
+    for (int64 i = gstart[g]; i < gstart[g + 1]; i++)
+    {
+        OffsetNumber off = (OffsetNumber) (items[i].entry & 0xFFFF);
+
+        __builtin_prefetch(page + SizeOfPageHeaderData + (Size) (off - 1) * sizeof(ItemIdData));
+    }
+    return buf;
+}
+
+static void
+RerankPrefetchTuples(Buffer buf, const RerankItem *items, int64 from, int64 to)
+{
+    char       *page = (char *) BufferGetPage(buf);
+
+    for (int64 i = from; i < to; i++)
+    {
+        OffsetNumber off = (OffsetNumber) (items[i].entry & 0xFFFF);
+        ItemIdData  iid;
+
+        if (off < FirstOffsetNumber || off > MaxOffsetNumber)
+            continue;
+        memcpy(&iid, page + SizeOfPageHeaderData + (Size) (off - 1) * sizeof(ItemIdData),
+               sizeof(ItemIdData));
+        if (iid.lp_off == 0 || iid.lp_off >= BLCKSZ)
+            continue;
+        __builtin_prefetch(page + iid.lp_off);
+        __builtin_prefetch(page + iid.lp_off + 64);
+    }
+}
+
+/*
+ * IVF round 1 of the queries listed in which[0..nivf): probe, ADC TopK of C
+ * candidates per query (list-major), exact re-rank, first k.
+ */
+static void
+SearchIvf(Relation index, SearchScratch *s, const GpuivfQuery *queries, const int *which,
+          int nivf, MemoryContext caller, GpuivfHit **hits, int *nhits, int64 *reranked)
+{
+    GpuivfIndexState *state = GpuivfGetIndexState(index);
+    gpuivf::IvfPqModel model = state->model;   /* views of rd_amcache arrays */
+    int         nlist = (int) s->meta.lists;
+    int         dims = s->dims;
+    bool        stores_vectors = GpuivfMetaStoresVectors(&s->meta);
+    float      *prepared = (float *) MemoryContextAllocHuge(s->ctx, sizeof(float) * (Size) nivf * dims);
+    int        *cap = (int *) palloc(sizeof(int) * nivf);
+    gpuivf::TopK *topk = (gpuivf::TopK *) palloc(sizeof(gpuivf::TopK) * nivf);
+    int        *list_count = (int *) palloc0(sizeof(int) * (nlist + 1));
+    int        *list_start;
+    int        *list_queries;
+    int32     **probes = (int32 **) palloc(sizeof(int32 *) * nivf);
+    float      *probe_scores;
+    float      *lut = (float *) palloc(sizeof(float) * gpuivf::ivfpq_lut_size(model));
+    int         max_probe = 1;
+    int64       total_probes = 0;
+    uint8      *list_codes = NULL;
+    uint64     *list_ids = NULL;
+    int64       list_cap = 0;
+
+    /* prepare, probe, and the TopK of each query */
+    for (int j = 0; j < nivf; j++)
+        max_probe = Max(max_probe, queries[which[j]].nprobe);
+    probe_scores = (float *) palloc(sizeof(float) * max_probe);
+    for (int j = 0; j < nivf; j++)
+    {
+        const GpuivfQuery *q = &queries[which[j]];
+        int         nprobe = Min(Max(q->nprobe, 1), nlist);
+
+        gpuivf::prepare_vector(s->metric, q->vector, prepared + (size_t) j * dims, dims);
+        probes[j] = (int32 *) palloc(sizeof(int32) * nprobe);
+        gpuivf::ivfpq_probe_lists(model, prepared + (size_t) j * dims, nprobe, probes[j],
+                                  probe_scores);
+        for (int p = 0; p < nprobe; p++)
+        {
+            int         list = probes[j][p];
+
+            if (list >= 0 && list < nlist)
+            {
+                list_count[list]++;
+                total_probes++;
+            }
+        }
+        cap[j] = Max(stores_vectors ? Max(q->k, q->rerank) : q->k, 1);
+        gpuivf::topk_init(&topk[j],
+                          (float *) palloc(sizeof(float) * cap[j]),
+                          (uint64 *) palloc(sizeof(uint64) * cap[j]), cap[j]);
+        CHECK_FOR_INTERRUPTS();
+    }
+
+    /* list -> the queries probing it (counting sort) */
+    list_start = (int *) palloc(sizeof(int) * (nlist + 1));
+    list_start[0] = 0;
+    for (int l = 0; l < nlist; l++)
+        list_start[l + 1] = list_start[l] + list_count[l];
+    list_queries = (int *) MemoryContextAllocHuge(s->ctx, sizeof(int) * Max(total_probes, 1));
+    memset(list_count, 0, sizeof(int) * nlist);
+    for (int j = 0; j < nivf; j++)
+    {
+        int         nprobe = Min(Max(queries[which[j]].nprobe, 1), nlist);
+
+        for (int p = 0; p < nprobe; p++)
+        {
+            int         list = probes[j][p];
+
+            if (list >= 0 && list < nlist)
+                list_queries[list_start[list] + list_count[list]++] = j;
+        }
+    }
+
+    /* each probed list once: all its entries, then every query probing it */
+    for (int list = 0; list < nlist; list++)
+    {
+        GpuivfListDirEntry dir;
+        BlockNumber blkno;
+        int64       n = 0;
+
+        if (list_count[list] == 0)
+            continue;
+        dir = GpuivfReadDirEntry(index, &s->meta, list);
+        blkno = dir.head;
+        while (BlockNumberIsValid(blkno))
+        {
+            BlockNumber next;
+            int         m = GpuivfReadListPage(index, blkno, s->code_size, s->page_capacity,
+                                                s->page_ids, s->page_codes, &next);
+
+            if (n + m > list_cap)
+            {
+                int64       newcap = Max(Max(list_cap * 2, n + m), 1024);
+
+                if (list_codes == NULL)
+                {
+                    list_codes = (uint8 *) MemoryContextAllocHuge(s->ctx, (Size) newcap * s->code_size);
+                    list_ids = (uint64 *) MemoryContextAllocHuge(s->ctx, sizeof(uint64) * newcap);
+                }
+                else
+                {
+                    list_codes = (uint8 *) repalloc_huge(list_codes, (Size) newcap * s->code_size);
+                    list_ids = (uint64 *) repalloc_huge(list_ids, sizeof(uint64) * newcap);
+                }
+                list_cap = newcap;
+            }
+            memcpy(list_codes + (size_t) n * s->code_size, s->page_codes, (size_t) m * s->code_size);
+            memcpy(list_ids + n, s->page_ids, sizeof(uint64) * m);
+            n += m;
+            blkno = next;
+            CHECK_FOR_INTERRUPTS();
+        }
+        if (n == 0)
+            continue;
+        for (int i = list_start[list]; i < list_start[list] + list_count[list]; i++)
+        {
+            int         j = list_queries[i];
+            float       bias;
+
+            gpuivf::ivfpq_build_lut(model, prepared + (size_t) j * dims, list, lut, &bias);
+            gpuivf::ivfpq_adc_scan(model, lut, bias, list_codes, list_ids, n, &topk[j]);
+        }
+        CHECK_FOR_INTERRUPTS();
+    }
+    for (int j = 0; j < nivf; j++)
+        gpuivf::topk_sort(&topk[j]);
+
+    if (!stores_vectors)
+    {
+        /* list entries hold heap TIDs; ADC distances, already in order */
+        for (int j = 0; j < nivf; j++)
+        {
+            int         qi = which[j];
+            SearchResult *res = (SearchResult *) palloc(sizeof(SearchResult) * Max(topk[j].size, 1));
+
+            for (int i = 0; i < topk[j].size; i++)
+            {
+                res[i].distance = gpuivf::ivfpq_score_to_distance(s->metric, topk[j].vals[i]);
+                res[i].heapid = topk[j].ids[i];
+            }
+            hits[qi] = MakeHits(caller, res, topk[j].size, queries[qi].k, &nhits[qi]);
+        }
+        return;
+    }
+
+    /* exact re-rank: every candidate's vector tuple, each page once */
+    {
+        int64       nitems = 0;
+        RerankItem *items;
+        SearchResult **res = (SearchResult **) palloc(sizeof(SearchResult *) * nivf);
+        int        *nres = (int *) palloc0(sizeof(int) * nivf);
+        int64       i = 0;
+        int64      *gstart;
+        int64       ngroups = 0;
+        Buffer      pinned[RERANK_PIN_AHEAD];
+
+        for (int j = 0; j < nivf; j++)
+        {
+            nitems += topk[j].size;
+            res[j] = (SearchResult *) palloc(sizeof(SearchResult) * Max(topk[j].size, 1));
+        }
+        items = (RerankItem *) MemoryContextAllocHuge(s->ctx, sizeof(RerankItem) * Max(nitems, 1));
+        nitems = 0;
+        for (int j = 0; j < nivf; j++)
+            for (int c = 0; c < topk[j].size; c++)
+            {
+                items[nitems].entry = topk[j].ids[c];
+                items[nitems].query = j;
+                items[nitems].slot = c;
+                nitems++;
+            }
+        std::sort(items, items + nitems, [](const RerankItem &x, const RerankItem &y) {
+            return x.entry != y.entry ? x.entry < y.entry : x.query < y.query;
+        });
+        *reranked += nitems;
+
+        /* the candidates grouped by vector page: group g is items[gstart[g], gstart[g + 1]) */
+        gstart = (int64 *) MemoryContextAllocHuge(s->ctx, sizeof(int64) * (nitems + 1));
+        for (i = 0; i < nitems; i++)
+            if (i == 0 || (items[i].entry >> 16) != (items[i - 1].entry >> 16))
+                gstart[ngroups++] = i;
+        gstart[ngroups] = nitems;
+
+        for (int64 g = 0; g < ngroups; g++)
+        {
+            BlockNumber blkno = (BlockNumber) (items[gstart[g]].entry >> 16);
+            Buffer      buf;
+            Page        page;
+
+            /* pin ahead and warm the caches (see RerankPrefetch) */
+            if (g == 0)
+                for (int64 a = 0; a < RERANK_PIN_AHEAD && a < ngroups; a++)
+                    pinned[a % RERANK_PIN_AHEAD] = RerankPin(index, items, gstart, a);
+            else if (g + RERANK_PIN_AHEAD - 1 < ngroups)
+                pinned[(g + RERANK_PIN_AHEAD - 1) % RERANK_PIN_AHEAD] =
+                    RerankPin(index, items, gstart, g + RERANK_PIN_AHEAD - 1);
+            if (g + 1 < ngroups)
+                RerankPrefetchTuples(pinned[(g + 1) % RERANK_PIN_AHEAD], items,
+                                     gstart[g + 1], gstart[g + 2]);
+            buf = pinned[g % RERANK_PIN_AHEAD];
+            pinned[g % RERANK_PIN_AHEAD] = InvalidBuffer;
+
+            LockBuffer(buf, BUFFER_LOCK_SHARE);
+            page = BufferGetPage(buf);
+            if (!GpuivfPageIsType(page, GPUIVF_PAGE_VECTOR))
+                GpuivfBadPage(index, blkno, "vector");
+            for (i = gstart[g]; i < gstart[g + 1]; i++)
+            {
+                OffsetNumber off = (OffsetNumber) (items[i].entry & 0xFFFF);
+                GpuivfVectorTuple *vt = GpuivfPageVectorTuple(index, page, blkno, off, dims);
+                int         j = items[i].query;
+                SearchResult *r;
+
+                /* gone meanwhile (VACUUM freed it after we read the list) */
+                if (vt == NULL)
+                    continue;
+                r = &res[j][nres[j]++];
+                r->distance = gpuivf::metric_distance(s->metric, queries[which[j]].vector, vt->x, dims);
+                r->heapid = GpuivfTidToId(&vt->heaptid);
+            }
+            UnlockReleaseBuffer(buf);
+            CHECK_FOR_INTERRUPTS();
+        }
+        for (int j = 0; j < nivf; j++)
+        {
+            int         qi = which[j];
+
+            SortResults(res[j], nres[j]);
+            hits[qi] = MakeHits(caller, res[j], nres[j], queries[qi].k, &nhits[qi]);
+        }
+    }
+}
+
+/* The CPU engine in this backend (see the file comment); meta as for
+ * GpuivfSearchBatch. */
+void
+GpuivfSearchBatchCpu(Relation index, int nq, const GpuivfQuery *queries,
+                     GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats,
+                     const GpuivfMetaPageData *meta)
+{
+    MemoryContext caller = CurrentMemoryContext;
+    SearchScratch s;
+    int        *exact_which;
+    int        *ivf_which;
+    int         nexact = 0;
+    int         nivf = 0;
+    bool        trained;
+    bool        stores_vectors;
+    int64       reranked = 0;
+
+    memset(&s, 0, sizeof(s));
+    s.ctx = AllocSetContextCreate(caller, "gpuivf search", ALLOCSET_DEFAULT_SIZES);
+    MemoryContextSwitchTo(s.ctx);
+
+    GpuivfGivenOrReadMeta(index, meta, &s.meta);
+    s.metric = (gpuivf::Metric) s.meta.metric;
+    s.dims = (int) s.meta.dims;
+    s.code_size = s.meta.code_size;
+    trained = GpuivfMetaIsTrained(&s.meta) && s.meta.lists > 0;
+    stores_vectors = GpuivfMetaStoresVectors(&s.meta);
+
+    exact_which = (int *) palloc(sizeof(int) * Max(nq, 1));
+    ivf_which = (int *) palloc(sizeof(int) * Max(nq, 1));
+    for (int i = 0; i < nq; i++)
+    {
+        const GpuivfQuery *q = &queries[i];
+
+        hits[i] = NULL;
+        nhits[i] = 0;
+        if (s.dims == 0 || q->vector == NULL || q->k < 1)
+            continue;           /* never saw a vector: nothing to find */
+        if (!trained || (stores_vectors && q->nprobe >= (int) s.meta.lists))
+            exact_which[nexact++] = i;
+        else
+            ivf_which[nivf++] = i;
+    }
+
+    if (nexact > 0)
+    {
+        SearchExact(index, &s, queries, exact_which, nexact, caller, hits, nhits);
+        for (int j = 0; j < nexact; j++)
+            reranked += nhits[exact_which[j]];
+    }
+    if (nivf > 0)
+    {
+        s.page_capacity = (int) (GPUIVF_PAGE_CAPACITY /
+                                 (sizeof(ItemIdData) + GPUIVF_LIST_ENTRY_SIZE(s.code_size)));
+        s.page_codes = (uint8 *) palloc((Size) s.code_size * s.page_capacity + 1);
+        s.page_ids = (uint64 *) palloc(sizeof(uint64) * s.page_capacity);
+        SearchIvf(index, &s, queries, ivf_which, nivf, caller, hits, nhits, &reranked);
+    }
+
+    /* queries without an answer still get an (empty) array */
+    for (int i = 0; i < nq; i++)
+        if (hits[i] == NULL)
+            hits[i] = (GpuivfHit *) MemoryContextAlloc(caller, sizeof(GpuivfHit));
+
+    MemoryContextSwitchTo(caller);
+    MemoryContextDelete(s.ctx);
+
+    stats->on_gpu = false;
+    stats->batch_size = nq;
+    stats->queue_ms = 0;
+    stats->gpu_ms = 0;
+    stats->reranked = reranked;
+}

@@ -1,0 +1,153 @@
+/*
+ * search/dispatch.cpp — GpuivfSearchBatch: the round-1 search of nq queries
+ * of one index, on the GPU worker when gpuivf.device allows and one is up
+ * (worker/backend/search.cpp), else on the CPU in this backend
+ * (search/cpu.cpp).  A plain index scan calls it with nq = 1 for its first
+ * round; the batched kNN join (planner/batch_node.cpp) with a whole chunk of
+ * outer rows.  The answer of a query never depends on the batch it rode in.
+ */
+#include "gpuivf.h"
+#include "search/search.h"
+#include "storage/storage.h"
+#include "worker/worker.h"
+
+/* ------------------------------------------------------------ entry */
+
+/*
+ * gpuivf.device = gpu without a GPU worker is an error (the settings
+ * section of the README); called before any work of a scan or a batch.
+ */
+void
+GpuivfCheckDevice(void)
+{
+    if (gpuivf_device == GPUIVF_DEVICE_GPU && !GpuivfWorkerAvailable())
+        ereport(ERROR,
+                (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                 errmsg("gpuivf.device is set to \"gpu\" but no gpuivf GPU worker is running"),
+                 errhint("Set gpuivf.device to \"auto\" or \"cpu\" to run gpuivf scans on the CPU.")));
+}
+
+/*
+ * Answers nq queries of one index (gpuivf.h): on the GPU worker when
+ * gpuivf.device is not cpu and a worker is up, else on the CPU.  Every
+ * query's vector must have the index's dims (the callers check it).
+ *
+ * Routing, query by query:
+ *   CPU by design   a temporary or untrained index, exact mode (nprobe
+ *                   covering every list of an index with stored vectors),
+ *                   nothing to find: the CPU's exact scan or nothing, under
+ *                   every setting (the GPU engine has no exact path over
+ *                   pages, and cannot read a backend's local buffers); not
+ *                   counted as CPU fallbacks;
+ *   over a limit    k, candidates or nprobe above the GPU engine's 1024:
+ *                   an ERROR naming the limit under gpu, the CPU under auto
+ *                   (counted in gpuivf_stat.cpu_fallbacks);
+ *   the GPU         everything else, all in one GpuivfWorkerSearch (each
+ *                   query keeps its own k, nprobe and rerank there); when
+ *                   that declines (no ready worker, a worker failure) the
+ *                   CPU answers under auto (counted there), gpu raises.
+ * A query's answer never depends on the batch it rode in: both engines
+ * compute it alone (a batched join equals its nested loop only so).
+ */
+void
+GpuivfSearchBatch(Relation index, int nq, const GpuivfQuery *queries,
+                  GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats,
+                  const GpuivfMetaPageData *given_meta)
+{
+    GpuivfMetaPageData meta;
+    bool        temp;
+    int        *gpu_which;
+    int        *cpu_which;
+    int         ngpu = 0;
+    int         ncpu = 0;
+    int64       over_limit = 0;
+
+    memset(stats, 0, sizeof(GpuivfSearchStats));
+    if (nq <= 0)
+        return;
+    GpuivfCheckDevice();
+    if (gpuivf_device == GPUIVF_DEVICE_CPU)
+    {
+        GpuivfSearchBatchCpu(index, nq, queries, hits, nhits, stats, given_meta);
+        return;
+    }
+
+    GpuivfGivenOrReadMeta(index, given_meta, &meta);
+    temp = index->rd_rel->relpersistence == RELPERSISTENCE_TEMP;
+    gpu_which = (int *) palloc(sizeof(int) * nq);
+    cpu_which = (int *) palloc(sizeof(int) * nq);
+    for (int i = 0; i < nq; i++)
+    {
+        const GpuivfQuery *q = &queries[i];
+
+        if (temp || meta.dims == 0 || q->vector == NULL || q->k < 1 ||
+            GpuivfQueryIsExact(&meta, q))
+            cpu_which[ncpu++] = i;
+        else if (GpuivfGpuLimitExceeded(q) != NULL)
+        {
+            if (gpuivf_device == GPUIVF_DEVICE_GPU)
+                GpuivfRaiseGpuLimit(index, q);
+            cpu_which[ncpu++] = i;
+            over_limit++;
+        }
+        else
+            gpu_which[ngpu++] = i;
+    }
+    GpuivfCountCpuFallbacks(-1, over_limit);
+
+    if (ngpu > 0)
+    {
+        GpuivfQuery *sub = (GpuivfQuery *) palloc(sizeof(GpuivfQuery) * ngpu);
+        GpuivfHit **subhits = (GpuivfHit **) palloc0(sizeof(GpuivfHit *) * ngpu);
+        int        *subn = (int *) palloc0(sizeof(int) * ngpu);
+        GpuivfSearchStats st;
+
+        for (int i = 0; i < ngpu; i++)
+            sub[i] = queries[gpu_which[i]];
+        memset(&st, 0, sizeof(st));
+        /* false: the CPU answers (auto; counted inside), gpu has raised */
+        if (GpuivfWorkerSearch(index, ngpu, sub, subhits, subn, &st, &meta))
+        {
+            for (int i = 0; i < ngpu; i++)
+            {
+                hits[gpu_which[i]] = subhits[i];
+                nhits[gpu_which[i]] = subn[i];
+            }
+            *stats = st;
+        }
+        else
+        {
+            for (int i = 0; i < ngpu; i++)
+                cpu_which[ncpu++] = gpu_which[i];
+        }
+        pfree(sub);
+        pfree(subhits);
+        pfree(subn);
+    }
+
+    if (ncpu == nq)
+        GpuivfSearchBatchCpu(index, nq, queries, hits, nhits, stats, &meta);
+    else if (ncpu > 0)
+    {
+        GpuivfQuery *sub = (GpuivfQuery *) palloc(sizeof(GpuivfQuery) * ncpu);
+        GpuivfHit **subhits = (GpuivfHit **) palloc0(sizeof(GpuivfHit *) * ncpu);
+        int        *subn = (int *) palloc0(sizeof(int) * ncpu);
+        GpuivfSearchStats st;
+
+        for (int i = 0; i < ncpu; i++)
+            sub[i] = queries[cpu_which[i]];
+        GpuivfSearchBatchCpu(index, ncpu, sub, subhits, subn, &st, &meta);
+        for (int i = 0; i < ncpu; i++)
+        {
+            hits[cpu_which[i]] = subhits[i];
+            nhits[cpu_which[i]] = subn[i];
+        }
+        stats->reranked += st.reranked;
+        stats->batch_size = Max(stats->batch_size, ncpu);
+        pfree(sub);
+        pfree(subhits);
+        pfree(subn);
+    }
+    pfree(gpu_which);
+    pfree(cpu_which);
+}

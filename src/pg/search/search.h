@@ -1,0 +1,84 @@
+/*
+ * search/search.h — answering kNN queries of one index.
+ *
+ * GpuivfSearchBatch (dispatch.cpp) is the seam between a scan (or a batched
+ * kNN join) and the engines: it answers nq queries of one index, handing
+ * them to the GPU worker when gpuivf.device allows and a worker is up
+ * (worker/backend/search.cpp), else running the CPU engine in this backend
+ * (cpu.cpp).  Both return the same rows.  How many lists a query probes is
+ * decided in probes.cpp; the round-1 query of a scan and the round-1 offers
+ * of the batched join are in round_one.cpp.
+ */
+#ifndef GPUIVF_SEARCH_H
+#define GPUIVF_SEARCH_H
+
+#include "gpuivf.h"
+
+/* ------------------------------------------------------------ probes.cpp */
+
+/* the number of lists probed when gpuivf.probes = 0
+ * and the index has no tuned curve (GpuivfProbesForScan) */
+int         GpuivfAutoProbes(int lists);
+/* the number of lists a scan probes in its first round */
+int         GpuivfScanProbes(int lists);
+/* where a scan's nprobe came from (EXPLAIN "Probes") */
+#define GPUIVF_PROBES_UNTRAINED 0   /* no lists: exact */
+#define GPUIVF_PROBES_SETTING   1   /* gpuivf.probes */
+#define GPUIVF_PROBES_AUTO      2   /* ceil(sqrt(lists)) */
+#define GPUIVF_PROBES_CURVE     3   /* the curve tuned at ANALYZE */
+/* The nprobe a scan uses when gpuivf.probes = 0: the curve's choice for
+ * gpuivf.target_recall (GpuivfCurveProbes; *from_curve = true; a target the
+ * curve cannot reach gives its best point and a NOTICE once per backend and
+ * curve), else GpuivfAutoProbes(lists).  k: rows the query wants (0 =
+ * unknown; the curve is measured at k = 10 and used for any k). */
+int         GpuivfProbesForScan(const GpuivfMetaPageData *meta, int k, bool *from_curve);
+/* The curve's choice for target, without side effects: the smallest
+ * measured nprobe meeting it with 95% confidence (recall - 1.645 standard
+ * errors >= target; *reached = true), else the point with the best recall
+ * (*reached = false).  0 when the metapage has no curve. */
+int         GpuivfCurveProbes(const GpuivfMetaPageData *meta, double target, bool *reached);
+
+/* -------------------------------------------- dispatch.cpp, round_one.cpp */
+/* dispatch.cpp: hits[i] is palloc'd, sorted best first, nhits[i] <= k.
+ * meta: the metapage as the caller read it in this statement (after its
+ * snapshot was taken: a worker request carries its generation), or NULL to
+ * read it here.  A scan passes the copy it started with, so a statement
+ * reads the metapage once, not once per layer. */
+void        GpuivfSearchBatch(Relation index, int nq, const GpuivfQuery *queries,
+                              GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats,
+                              const GpuivfMetaPageData *meta);
+
+/* dispatch.cpp: gpuivf.device = gpu without a worker is an error */
+void        GpuivfCheckDevice(void);
+
+/* round_one.cpp: the round-1 query of a scan that needs `hint` rows
+ * (0 = unknown) of which a fraction filter_sel (1 = no filter) passes the
+ * scan's filter: k = hint (or gpuivf.rerank_candidates), nprobe from
+ * gpuivf.probes, or from the tuned curve / automatic rule raised by
+ * 1/sqrt(filter_sel), rerank = max(k, gpuivf.rerank_candidates) when the
+ * index stores vectors.  Returns a GPUIVF_PROBES_* source. */
+int         GpuivfMakeQuery(const GpuivfMetaPageData *meta, int64 hint, double filter_sel,
+                            const float4 *vector, GpuivfQuery *query);
+/* Rows to ask of round 1 when `rows` must pass a filter of selectivity sel
+ * (1 = no filter) */
+int64       GpuivfRowsForFilter(double rows, double sel);
+
+/*
+ * round_one.cpp: a round 1 computed ahead of time (the batched kNN join)
+ * and offered to the next scan of that index.  A scan takes it only when its
+ * own round-1 query is the same (vector bytes, k, nprobe, rerank) and the
+ * metapage generation has not moved, i.e. when GpuivfSearchBatch would
+ * return exactly these hits; otherwise it searches itself.
+ */
+void        GpuivfOfferRoundOne(Oid indexoid, uint64 generation, const GpuivfQuery *query,
+                                int dims, const GpuivfHit *hits, int nhits,
+                                const GpuivfSearchStats *stats);
+bool        GpuivfTakeRoundOne(Oid indexoid, uint64 generation, const GpuivfQuery *query,
+                               int dims, GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats);
+void        GpuivfClearOffer(void);
+/* cpu.cpp: the CPU path of GpuivfSearchBatch (meta as there) */
+void        GpuivfSearchBatchCpu(Relation index, int nq, const GpuivfQuery *queries,
+                                 GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats,
+                                 const GpuivfMetaPageData *meta);
+
+#endif                          /* GPUIVF_SEARCH_H */

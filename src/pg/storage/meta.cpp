@@ -1,0 +1,210 @@
+/*
+ * gpuivfmeta.cpp — reading the metapage, checking the on-disk format, and
+ * the per-backend model cache (rd_amcache).
+ *
+ * The cache holds the trained model (centroids, their squared norms,
+ * codebooks) of one index in a single palloc chunk in the index's
+ * rd_indexcxt, so the relcache's pfree(rd_amcache) on invalidation frees all
+ * of it.  It is keyed by the metapage's train_id, which a build sets and
+ * nothing else changes; the metapage copy in it is refreshed on every call.
+ */
+#include "gpuivf.h"
+#include "storage/storage.h"
+
+#include "utils/memutils.h"
+#include "utils/rel.h"
+
+/* Copy the metapage out under a share lock and check its format. */
+void
+GpuivfReadMeta(Relation index, GpuivfMetaPageData *meta)
+{
+    Buffer      buf;
+    Page        page;
+
+    if (RelationGetNumberOfBlocks(index) == 0)
+        ereport(ERROR,
+                (errcode(ERRCODE_INDEX_CORRUPTED),
+                 errmsg("gpuivf index \"%s\" has no metapage", RelationGetRelationName(index)),
+                 errhint("Rebuild the index with REINDEX.")));
+    buf = ReadBuffer(index, GPUIVF_METAPAGE_BLKNO);
+    LockBuffer(buf, BUFFER_LOCK_SHARE);
+    page = BufferGetPage(buf);
+    if (!GpuivfPageIsType(page, GPUIVF_PAGE_META))
+    {
+        UnlockReleaseBuffer(buf);
+        ereport(ERROR,
+                (errcode(ERRCODE_INDEX_CORRUPTED),
+                 errmsg("gpuivf index \"%s\" has no valid metapage",
+                        RelationGetRelationName(index)),
+                 errhint("Rebuild the index with REINDEX.")));
+    }
+    memcpy(meta, GpuivfPageGetMeta(page), sizeof(GpuivfMetaPageData));
+    UnlockReleaseBuffer(buf);
+    GpuivfCheckFormat(index, meta);
+}
+
+/* The metapage a caller already read in this statement, else read now. */
+void
+GpuivfGivenOrReadMeta(Relation index, const GpuivfMetaPageData *given, GpuivfMetaPageData *meta)
+{
+    if (given != NULL)
+        *meta = *given;
+    else
+        GpuivfReadMeta(index, meta);
+}
+
+/*
+ * Magic and format version.  A version this build does not read is not
+ * corruption: the index was written by another gpuivf version, and REINDEX
+ * rewrites it in the current format.
+ */
+void
+GpuivfCheckFormat(Relation index, const GpuivfMetaPageData *meta)
+{
+    if (meta->magic != GPUIVF_MAGIC)
+        ereport(ERROR,
+                (errcode(ERRCODE_INDEX_CORRUPTED),
+                 errmsg("index \"%s\" is not a gpuivf index", RelationGetRelationName(index)),
+                 errdetail("The metapage has magic number 0x%08X, expected 0x%08X.",
+                           meta->magic, (uint32) GPUIVF_MAGIC),
+                 errhint("Rebuild the index with REINDEX.")));
+    if (meta->version != GPUIVF_FORMAT_VERSION)
+        ereport(ERROR,
+                (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                 errmsg("gpuivf index \"%s\" has unsupported format version %u",
+                        RelationGetRelationName(index), meta->version),
+                 errdetail("This version of gpuivf reads format version %d.",
+                           GPUIVF_FORMAT_VERSION),
+                 errhint("Rebuild the index with REINDEX INDEX %s.",
+                         RelationGetRelationName(index))));
+    if (GpuivfMetaIsTrained(meta) &&
+        (meta->lists == 0 || meta->lists > (uint32) gpuivf::kMaxLists || meta->dims == 0 ||
+         meta->pq_m == 0 || meta->dims % meta->pq_m != 0 ||
+         (meta->pq_bits != 4 && meta->pq_bits != 8) ||
+         meta->code_size != (uint16) gpuivf::pq_code_size(meta->pq_m, meta->pq_bits)))
+        ereport(ERROR,
+                (errcode(ERRCODE_INDEX_CORRUPTED),
+                 errmsg("gpuivf index \"%s\" has an inconsistent metapage",
+                        RelationGetRelationName(index)),
+                 errdetail("lists %u, dims %u, pq_m %u, pq_bits %u, code size %u.",
+                           meta->lists, meta->dims, meta->pq_m, meta->pq_bits, meta->code_size),
+                 errhint("Rebuild the index with REINDEX.")));
+    if (meta->dims > (uint32) gpuivf::kMaxDims)
+        ereport(ERROR,
+                (errcode(ERRCODE_INDEX_CORRUPTED),
+                 errmsg("gpuivf index \"%s\" has an inconsistent metapage",
+                        RelationGetRelationName(index)),
+                 errdetail("dims is %u.", meta->dims),
+                 errhint("Rebuild the index with REINDEX.")));
+}
+
+/* Index-time limit on dimensions (a vector tuple must fit one page). */
+void
+GpuivfCheckMaxDims(int dims)
+{
+    if (dims > gpuivf::kMaxDims)
+        ereport(ERROR,
+                (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                 errmsg("column cannot have more than %d dimensions for gpuivf index",
+                        gpuivf::kMaxDims)));
+}
+
+/* Name of a metric as gpuivf_index_info shows it. */
+const char *
+GpuivfMetricName(int metric)
+{
+    switch ((gpuivf::Metric) metric)
+    {
+        case gpuivf::Metric::L2:
+            return "l2";
+        case gpuivf::Metric::InnerProduct:
+            return "inner_product";
+        case gpuivf::Metric::Cosine:
+            return "cosine";
+    }
+    return "unknown";
+}
+
+/* Bytes of a raw float array of n elements, as stored across pages. */
+static Size
+FloatBytes(uint64 n)
+{
+    return (Size) n * sizeof(float4);
+}
+
+/* Load the model named by meta into one chunk allocated in rd_indexcxt. */
+static GpuivfIndexState *
+LoadIndexState(Relation index, const GpuivfMetaPageData *meta)
+{
+    Size        ncentroid = 0;
+    Size        ncodebook = 0;
+    Size        total;
+    char       *chunk;
+    GpuivfIndexState *st;
+
+    if (GpuivfMetaIsTrained(meta))
+    {
+        ncentroid = (Size) meta->lists * meta->dims;
+        ncodebook = (Size) meta->pq_m * ((Size) 1 << meta->pq_bits) * (meta->dims / meta->pq_m);
+    }
+    total = MAXALIGN(sizeof(GpuivfIndexState)) + MAXALIGN(FloatBytes(ncentroid)) +
+        MAXALIGN(FloatBytes(meta->lists)) + MAXALIGN(FloatBytes(ncodebook));
+    chunk = (char *) MemoryContextAllocExtended(index->rd_indexcxt, total,
+                                                MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+    st = (GpuivfIndexState *) chunk;
+    chunk += MAXALIGN(sizeof(GpuivfIndexState));
+    st->meta = *meta;
+    st->centroids = (float *) chunk;
+    chunk += MAXALIGN(FloatBytes(ncentroid));
+    st->centroid_norms = (float *) chunk;
+    chunk += MAXALIGN(FloatBytes(meta->lists));
+    st->codebook = (float *) chunk;
+
+    if (GpuivfMetaIsTrained(meta))
+    {
+        GpuivfReadRawPages(index, meta->centroid_start, meta->centroid_pages,
+                           GPUIVF_PAGE_CENTROIDS, st->centroids, FloatBytes(ncentroid));
+        GpuivfReadRawPages(index, meta->codebook_start, meta->codebook_pages,
+                           GPUIVF_PAGE_CODEBOOK, st->codebook, FloatBytes(ncodebook));
+        gpuivf::row_norms(st->centroids, meta->lists, meta->dims, st->centroid_norms);
+    }
+    st->model.metric = (gpuivf::Metric) meta->metric;
+    st->model.d = (int) meta->dims;
+    st->model.nlist = (int) meta->lists;
+    st->model.m = (int) meta->pq_m;
+    st->model.nbits = (int) meta->pq_bits;
+    st->model.centroids = st->centroids;
+    st->model.centroid_norms = st->centroid_norms;
+    st->model.codebook = st->codebook;
+    return st;
+}
+
+/*
+ * The index's model, loaded once per backend and train_id.  The metapage is
+ * read on every call (one share lock), so meta is always current; the arrays
+ * are reloaded only when a rebuild changed train_id.
+ */
+GpuivfIndexState *
+GpuivfGetIndexState(Relation index)
+{
+    GpuivfMetaPageData meta;
+    GpuivfIndexState *st = (GpuivfIndexState *) index->rd_amcache;
+
+    GpuivfReadMeta(index, &meta);
+    if (st != NULL && st->meta.train_id == meta.train_id &&
+        st->meta.flags == meta.flags && st->meta.lists == meta.lists)
+    {
+        /* an untrained index keeps train_id 0; its dims may be fixed since */
+        st->meta = meta;
+        st->model.d = (int) meta.dims;
+        return st;
+    }
+    if (st != NULL)
+    {
+        index->rd_amcache = NULL;
+        pfree(st);
+    }
+    st = LoadIndexState(index, &meta);
+    index->rd_amcache = st;
+    return st;
+}

@@ -1,0 +1,666 @@
+/*
+ * gpuivfpage.cpp — every change to a gpuivf page happens here.
+ *
+ * Two kinds of writers:
+ *  - the build (ambuild, ambuildempty) appends pages to a fork that nobody
+ *    else can see yet and writes them without WAL; GpuivfBuildLogPages then
+ *    logs the whole fork with log_newpage_range (when the relation needs WAL,
+ *    and always for an init fork);
+ *  - insert and VACUUM change live pages through GenericXLog, one record per
+ *    logical step, never more than 4 buffers per record (MAX_GENERIC_XLOG_PAGES).
+ *
+ * Callers lock buffers in the order vector page -> list page(s) -> directory
+ * page -> metapage and hand the locked buffers in; these functions only
+ * change page contents and never take a lock themselves (except the
+ * relation extension lock in GpuivfNewBuffer).
+ */
+#include "gpuivf.h"
+#include "storage/storage.h"
+
+#include "access/xloginsert.h"
+#include "storage/bufpage.h"
+#include "storage/lmgr.h"
+#include "storage/smgr.h"
+#include "utils/rel.h"
+
+/* Raw arrays are split into page-sized chunks; every element type we store
+ * (float4, GpuivfListDirEntry) must divide the chunk exactly. */
+StaticAssertDecl(GPUIVF_PAGE_CAPACITY % sizeof(GpuivfListDirEntry) == 0,
+                 "directory entries must tile a page");
+StaticAssertDecl(GPUIVF_PAGE_CAPACITY % sizeof(float4) == 0, "floats must tile a page");
+StaticAssertDecl(sizeof(GpuivfMetaPageData) <= GPUIVF_PAGE_CAPACITY, "metapage too large");
+
+/* ------------------------------------------------------------ primitives */
+
+/* Format an empty page of the given type (special space, no next page). */
+void
+GpuivfInitPage(Page page, uint16 page_type)
+{
+    GpuivfPageOpaque opaque;
+
+    PageInit(page, BLCKSZ, sizeof(GpuivfPageOpaqueData));
+    opaque = GpuivfPageGetOpaque(page);
+    opaque->nextblkno = InvalidBlockNumber;
+    opaque->page_type = page_type;
+    opaque->page_id = GPUIVF_PAGE_ID;
+}
+
+/*
+ * Extend a fork by one page; returns it exclusively locked and all-zero.
+ * The caller initializes it (in a WAL record, or during the build).
+ * RBM_ZERO_AND_LOCK locks it before anyone else can see it, so no reader
+ * (VACUUM recording all-zero pages as free) can hand it out meanwhile.
+ */
+Buffer
+GpuivfNewBuffer(Relation index, ForkNumber forknum)
+{
+    bool        need_lock = !RELATION_IS_LOCAL(index);
+    Buffer      buf;
+
+    if (need_lock)
+        LockRelationForExtension(index, ExclusiveLock);
+    buf = ReadBufferExtended(index, forknum, P_NEW, RBM_ZERO_AND_LOCK, NULL);
+    if (need_lock)
+        UnlockRelationForExtension(index, ExclusiveLock);
+    return buf;
+}
+
+/* Register a buffer whose old contents do not matter and format it. */
+void
+GpuivfInitRegisterPage(GenericXLogState *state, Buffer buf, uint16 page_type, Page *page)
+{
+    *page = GenericXLogRegisterBuffer(state, buf, GENERIC_XLOG_FULL_IMAGE);
+    GpuivfInitPage(*page, page_type);
+}
+
+/* Add one item; the caller checked the room, so failure means corruption. */
+static OffsetNumber
+PageAddItemOrError(Relation index, Page page, const void *item, Size size)
+{
+    OffsetNumber off;
+
+    off = PageAddItem(page, (Item) item, size, InvalidOffsetNumber, false, false);
+    if (off == InvalidOffsetNumber)
+        elog(ERROR, "failed to add item of %zu bytes to page of gpuivf index \"%s\"",
+             size, RelationGetRelationName(index));
+    return off;
+}
+
+/* Block of the directory page that holds list's entry. */
+BlockNumber
+GpuivfDirPageOf(const GpuivfMetaPageData *meta, int list)
+{
+    return meta->directory_start + (BlockNumber) (list / (int) GPUIVF_DIR_ENTRIES_PER_PAGE);
+}
+
+/* The entry of list on its directory page (a page image, locked by caller). */
+static GpuivfListDirEntry *
+DirEntryOnPage(Page page, int list)
+{
+    return ((GpuivfListDirEntry *) PageGetContents(page)) +
+        (list % (int) GPUIVF_DIR_ENTRIES_PER_PAGE);
+}
+
+/* Raise "index corrupted" for a page of the wrong type. */
+static void
+ReportBadPage(Relation index, BlockNumber blkno, uint16 expected)
+{
+    ereport(ERROR,
+            (errcode(ERRCODE_INDEX_CORRUPTED),
+             errmsg("gpuivf index \"%s\" has an unexpected page at block %u",
+                    RelationGetRelationName(index), blkno),
+             errdetail("Expected a page of type %d.", (int) expected),
+             errhint("Rebuild the index with REINDEX.")));
+}
+
+/* --------------------------------------------------- reading raw arrays */
+
+/* Copy a raw array (centroids, codebooks, directory) out of npages
+ * consecutive pages of page_type, one share lock at a time. */
+void
+GpuivfReadRawPages(Relation index, BlockNumber start, uint32 npages, uint16 page_type,
+                   void *data, Size bytes)
+{
+    char       *out = (char *) data;
+    Size        left = bytes;
+
+    for (uint32 i = 0; i < npages && left > 0; i++)
+    {
+        BlockNumber blkno = start + i;
+        Buffer      buf = ReadBuffer(index, blkno);
+        Page        page;
+        Size        chunk = Min(left, (Size) GPUIVF_PAGE_CAPACITY);
+
+        LockBuffer(buf, BUFFER_LOCK_SHARE);
+        page = BufferGetPage(buf);
+        if (!GpuivfPageIsType(page, page_type) ||
+            ((PageHeader) page)->pd_lower < MAXALIGN(SizeOfPageHeaderData) + chunk)
+        {
+            UnlockReleaseBuffer(buf);
+            ReportBadPage(index, blkno, page_type);
+        }
+        memcpy(out, PageGetContents(page), chunk);
+        UnlockReleaseBuffer(buf);
+        out += chunk;
+        left -= chunk;
+    }
+    if (left > 0)
+        ereport(ERROR,
+                (errcode(ERRCODE_INDEX_CORRUPTED),
+                 errmsg("gpuivf index \"%s\" has too few pages of type %d",
+                        RelationGetRelationName(index), (int) page_type),
+                 errhint("Rebuild the index with REINDEX.")));
+}
+
+/* Copy one list's directory entry (share lock on its directory page). */
+GpuivfListDirEntry
+GpuivfReadDirEntry(Relation index, const GpuivfMetaPageData *meta, int list)
+{
+    BlockNumber blkno = GpuivfDirPageOf(meta, list);
+    Buffer      buf;
+    Page        page;
+    GpuivfListDirEntry entry;
+
+    Assert(list >= 0 && (uint32) list < meta->lists);
+    buf = ReadBuffer(index, blkno);
+    LockBuffer(buf, BUFFER_LOCK_SHARE);
+    page = BufferGetPage(buf);
+    if (!GpuivfPageIsType(page, GPUIVF_PAGE_DIRECTORY))
+    {
+        UnlockReleaseBuffer(buf);
+        ReportBadPage(index, blkno, GPUIVF_PAGE_DIRECTORY);
+    }
+    entry = *DirEntryOnPage(page, list);
+    UnlockReleaseBuffer(buf);
+    return entry;
+}
+
+/* ------------------------------------------------ build-time page writes */
+
+/* Mark a build page dirty and let it go (no WAL: logged at the end). */
+static void
+BuildReleasePage(Buffer buf)
+{
+    MarkBufferDirty(buf);
+    UnlockReleaseBuffer(buf);
+}
+
+/* Append raw pages holding data; start and npages say where they went. */
+void
+GpuivfWriteRawPages(Relation index, ForkNumber forknum, uint16 page_type,
+                    const void *data, Size bytes, BlockNumber *start, uint32 *npages)
+{
+    const char *in = (const char *) data;
+    Size        left = bytes;
+    BlockNumber expected = InvalidBlockNumber;
+
+    *start = InvalidBlockNumber;
+    *npages = 0;
+    while (left > 0)
+    {
+        Buffer      buf = GpuivfNewBuffer(index, forknum);
+        Page        page = BufferGetPage(buf);
+        Size        chunk = Min(left, (Size) GPUIVF_PAGE_CAPACITY);
+        BlockNumber blkno = BufferGetBlockNumber(buf);
+
+        /* the build is the only writer, so the pages come out consecutive */
+        if (expected != InvalidBlockNumber && blkno != expected)
+            elog(ERROR, "gpuivf build expected block %u, got %u", expected, blkno);
+        if (*start == InvalidBlockNumber)
+            *start = blkno;
+        GpuivfInitPage(page, page_type);
+        memcpy(PageGetContents(page), in, chunk);
+        /* pd_lower covers the array so full-page images keep it */
+        ((PageHeader) page)->pd_lower = MAXALIGN(SizeOfPageHeaderData) + chunk;
+        BuildReleasePage(buf);
+        in += chunk;
+        left -= chunk;
+        (*npages)++;
+        expected = blkno + 1;
+    }
+}
+
+/* Start a writer that appends items to fresh pages of page_type. */
+void
+GpuivfWriterInit(GpuivfPageWriter *w, Relation index, ForkNumber forknum,
+                 uint16 page_type, bool chained)
+{
+    w->index = index;
+    w->forknum = forknum;
+    w->page_type = page_type;
+    w->chained = chained;
+    w->buf = InvalidBuffer;
+    w->blkno = InvalidBlockNumber;
+    w->chain_head = InvalidBlockNumber;
+    w->pages = 0;
+    w->reserve_next = w->reserve_end = 0;
+}
+
+/* Close the current page; the next item starts a new chain (a new list). */
+void
+GpuivfWriterNewChain(GpuivfPageWriter *w)
+{
+    GpuivfWriterPause(w);
+    w->blkno = InvalidBlockNumber;
+    w->chain_head = InvalidBlockNumber;
+}
+
+/* Release the current page but remember it, so engine work runs unlocked. */
+void
+GpuivfWriterPause(GpuivfPageWriter *w)
+{
+    if (BufferIsValid(w->buf))
+        BuildReleasePage(w->buf);
+    w->buf = InvalidBuffer;
+}
+
+/*
+ * A fresh page for a build writer, exclusively locked and all-zero.  The
+ * fork grows by a chunk of pages at a time: one write of the chunk's last
+ * page (the pages before it are a hole in the file until their buffers are
+ * written), instead of one write of a zero page per page, which was a sixth
+ * of the backend's time in a 1M-row build.  Chunks grow with the writer (an
+ * eighth of its pages so far, 1 to 1024), so at most an eighth of its pages
+ * is left over.  Those stay all-zero, like the page of an extension cut
+ * short by a crash: GpuivfWriterFinish (and later VACUUM) records them in
+ * the FSM, inserts take them, log_newpage_range skips them.
+ */
+static Buffer
+WriterNewBuffer(GpuivfPageWriter *w)
+{
+    if (w->reserve_next >= w->reserve_end)
+    {
+        bool        need_lock = !RELATION_IS_LOCAL(w->index);
+        BlockNumber chunk = Min(Max((BlockNumber) GPUIVF_WRITER_CHUNK_MIN, w->pages / 8),
+                                (BlockNumber) GPUIVF_WRITER_CHUNK_MAX);
+        BlockNumber first;
+        PGAlignedBlock zero;
+
+        memset(zero.data, 0, BLCKSZ);
+        if (need_lock)
+            LockRelationForExtension(w->index, ExclusiveLock);
+        first = RelationGetNumberOfBlocksInFork(w->index, w->forknum);
+        smgrextend(RelationGetSmgr(w->index), w->forknum, first + chunk - 1, zero.data, false);
+        if (need_lock)
+            UnlockRelationForExtension(w->index, ExclusiveLock);
+        w->reserve_next = first;
+        w->reserve_end = first + chunk;
+    }
+    return ReadBufferExtended(w->index, w->forknum, w->reserve_next++, RBM_ZERO_AND_LOCK, NULL);
+}
+
+/*
+ * The writer is done: its page is released, and the pages it added to the
+ * fork but did not use go to the FSM as empty (as VACUUM records all-zero
+ * pages), so the first inserts fill them instead of extending the file.  The
+ * caller updates the FSM's upper levels (FreeSpaceMapVacuum).
+ */
+void
+GpuivfWriterFinish(GpuivfPageWriter *w)
+{
+    GpuivfWriterPause(w);
+    if (w->forknum == MAIN_FORKNUM)
+        for (BlockNumber b = w->reserve_next; b < w->reserve_end; b++)
+            RecordPageWithFreeSpace(w->index, b, GPUIVF_PAGE_CAPACITY);
+    w->reserve_next = w->reserve_end;
+}
+
+/* Append a fresh page, linking it from the current one when chained. */
+static void
+WriterNextPage(GpuivfPageWriter *w)
+{
+    Buffer      nbuf = WriterNewBuffer(w);
+    BlockNumber nblk = BufferGetBlockNumber(nbuf);
+
+    GpuivfInitPage(BufferGetPage(nbuf), w->page_type);
+    if (BufferIsValid(w->buf))
+    {
+        if (w->chained)
+            GpuivfPageGetOpaque(BufferGetPage(w->buf))->nextblkno = nblk;
+        BuildReleasePage(w->buf);
+    }
+    if (w->chain_head == InvalidBlockNumber)
+        w->chain_head = nblk;
+    w->buf = nbuf;
+    w->blkno = nblk;
+    w->pages++;
+}
+
+/* Add one item at the end, on a new page when the current one is full;
+ * *tid (when not null) receives where it went. */
+void
+GpuivfWriterAdd(GpuivfPageWriter *w, const void *item, Size size, ItemPointer tid)
+{
+    OffsetNumber off;
+
+    if (!BufferIsValid(w->buf) && w->blkno != InvalidBlockNumber)
+    {
+        w->buf = ReadBufferExtended(w->index, w->forknum, w->blkno, RBM_NORMAL, NULL);
+        LockBuffer(w->buf, BUFFER_LOCK_EXCLUSIVE);
+    }
+    if (!BufferIsValid(w->buf) || PageGetFreeSpace(BufferGetPage(w->buf)) < MAXALIGN(size))
+        WriterNextPage(w);
+    off = PageAddItemOrError(w->index, BufferGetPage(w->buf), item, size);
+    if (tid)
+        ItemPointerSet(tid, w->blkno, off);
+}
+
+/* Write the metapage (block 0) of a fork being built; the build calls it
+ * first with a placeholder so the metapage takes block 0, then at the end. */
+void
+GpuivfBuildPutMeta(Relation index, ForkNumber forknum, const GpuivfMetaPageData *meta)
+{
+    Buffer      buf;
+    Page        page;
+
+    if (RelationGetNumberOfBlocksInFork(index, forknum) == 0)
+        buf = GpuivfNewBuffer(index, forknum);
+    else
+    {
+        buf = ReadBufferExtended(index, forknum, GPUIVF_METAPAGE_BLKNO, RBM_NORMAL, NULL);
+        LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
+    }
+    if (BufferGetBlockNumber(buf) != GPUIVF_METAPAGE_BLKNO)
+        elog(ERROR, "gpuivf metapage must be block 0");
+    page = BufferGetPage(buf);
+    GpuivfInitPage(page, GPUIVF_PAGE_META);
+    memcpy(GpuivfPageGetMeta(page), meta, sizeof(GpuivfMetaPageData));
+    ((PageHeader) page)->pd_lower = MAXALIGN(SizeOfPageHeaderData) + sizeof(GpuivfMetaPageData);
+    BuildReleasePage(buf);
+}
+
+/* WAL-log every page the build wrote: full-page images of the whole fork
+ * when the relation needs WAL, and always for an unlogged index's init fork. */
+void
+GpuivfBuildLogPages(Relation index, ForkNumber forknum)
+{
+    if (forknum == INIT_FORKNUM || RelationNeedsWAL(index))
+        log_newpage_range(index, forknum, 0, RelationGetNumberOfBlocksInFork(index, forknum),
+                          true);
+}
+
+/* -------------------------------------------------- WAL-logged changes */
+
+/* Register the metapage in a record: generation + 1, vectors + delta. */
+void
+GpuivfBumpMeta(GenericXLogState *state, Buffer metabuf, int64 vectors_delta)
+{
+    Page        page = GenericXLogRegisterBuffer(state, metabuf, 0);
+    GpuivfMetaPage meta = GpuivfPageGetMeta(page);
+
+    if (vectors_delta < 0 && (uint64) (-vectors_delta) > meta->vectors)
+        meta->vectors = 0;
+    else
+        meta->vectors += vectors_delta;
+    meta->generation++;
+}
+
+/*
+ * One row in one record: the vector tuple (vecbuf), the list entry pointing
+ * at it (listbuf), the list's count in the directory (dirbuf) and the
+ * metapage (vectors, generation, vector_insert_page, dims of a first row).
+ * Untrained: vecbuf + metabuf only.  rerank = false: no vecbuf, and the
+ * entry holds the heap TID.  At most 4 buffers.
+ */
+void
+GpuivfLogInsert(Relation index, const GpuivfInsertPlan *plan)
+{
+    GenericXLogState *state = GenericXLogStart(index);
+    ItemPointerData entry_tid = plan->heaptid;
+    BlockNumber vecblk = InvalidBlockNumber;
+    Page        mpage;
+    GpuivfMetaPage meta;
+
+    if (BufferIsValid(plan->vecbuf))
+    {
+        Page        vpage;
+        Size        size = GPUIVF_VECTOR_TUPLE_SIZE(plan->dims);
+        GpuivfVectorTuple *vt = (GpuivfVectorTuple *) palloc0(size);
+        OffsetNumber off;
+
+        if (plan->vec_init)
+            GpuivfInitRegisterPage(state, plan->vecbuf, GPUIVF_PAGE_VECTOR, &vpage);
+        else
+            vpage = GenericXLogRegisterBuffer(state, plan->vecbuf, 0);
+        vt->heaptid = plan->heaptid;
+        memcpy(vt->x, plan->vector, sizeof(float4) * plan->dims);
+        off = PageAddItemOrError(index, vpage, vt, size);
+        vecblk = BufferGetBlockNumber(plan->vecbuf);
+        ItemPointerSet(&entry_tid, vecblk, off);
+        pfree(vt);
+    }
+
+    if (BufferIsValid(plan->listbuf))
+    {
+        Page        lpage = GenericXLogRegisterBuffer(state, plan->listbuf, 0);
+        Size        size = GPUIVF_LIST_ENTRY_SIZE(plan->code_size);
+        GpuivfListEntry *entry = (GpuivfListEntry *) palloc0(size);
+        Page        dpage;
+        GpuivfListDirEntry *dir;
+
+        entry->tid = entry_tid;
+        memcpy(entry->code, plan->code, plan->code_size);
+        PageAddItemOrError(index, lpage, entry, size);
+        pfree(entry);
+
+        dpage = GenericXLogRegisterBuffer(state, plan->dirbuf, 0);
+        dir = DirEntryOnPage(dpage, plan->list);
+        dir->count++;
+        if (plan->new_insert_page != InvalidBlockNumber)
+            dir->insert_page = plan->new_insert_page;
+    }
+
+    mpage = GenericXLogRegisterBuffer(state, plan->metabuf, 0);
+    meta = GpuivfPageGetMeta(mpage);
+    meta->vectors++;
+    meta->generation++;
+    if (plan->vec_init)
+        meta->vector_insert_page = vecblk;
+    if (plan->set_dims)
+        meta->dims = plan->dims;
+
+    GenericXLogFinish(state);
+}
+
+/*
+ * Link a new, empty list page at the end of a list (or make it the list's
+ * first page when tailbuf is InvalidBuffer), point the directory's tail and
+ * insert_page at it, and bump the generation.  Its own record (4 buffers):
+ * the index is consistent after it.
+ */
+void
+GpuivfLogAppendListPage(Relation index, Buffer tailbuf, Buffer newbuf, Buffer dirbuf,
+                        int list, Buffer metabuf)
+{
+    GenericXLogState *state = GenericXLogStart(index);
+    BlockNumber newblk = BufferGetBlockNumber(newbuf);
+    Page        npage;
+    Page        dpage;
+    GpuivfListDirEntry *dir;
+
+    GpuivfInitRegisterPage(state, newbuf, GPUIVF_PAGE_LIST, &npage);
+    if (BufferIsValid(tailbuf))
+    {
+        Page        tpage = GenericXLogRegisterBuffer(state, tailbuf, 0);
+
+        GpuivfPageGetOpaque(tpage)->nextblkno = newblk;
+    }
+    dpage = GenericXLogRegisterBuffer(state, dirbuf, 0);
+    dir = DirEntryOnPage(dpage, list);
+    if (dir->head == InvalidBlockNumber)
+        dir->head = newblk;
+    dir->tail = newblk;
+    dir->insert_page = newblk;
+    GpuivfBumpMeta(state, metabuf, 0);
+    GenericXLogFinish(state);
+}
+
+/*
+ * VACUUM: remove entries (offsets ascending) from one list page, lower the
+ * list's count and the metapage's vectors, bump the generation, and move the
+ * list's insert_page back to this page when asked.  3 buffers.
+ */
+void
+GpuivfLogDeleteListEntries(Relation index, Buffer listbuf, OffsetNumber *offsets, int noffsets,
+                           Buffer dirbuf, const GpuivfMetaPageData *meta, int list,
+                           BlockNumber new_insert_page, Buffer metabuf)
+{
+    GenericXLogState *state = GenericXLogStart(index);
+    Page        lpage = GenericXLogRegisterBuffer(state, listbuf, 0);
+    Page        dpage;
+    GpuivfListDirEntry *dir;
+
+    (void) meta;
+    PageIndexMultiDelete(lpage, offsets, noffsets);
+    dpage = GenericXLogRegisterBuffer(state, dirbuf, 0);
+    dir = DirEntryOnPage(dpage, list);
+    dir->count = dir->count >= (uint32) noffsets ? dir->count - noffsets : 0;
+    if (new_insert_page != InvalidBlockNumber)
+        dir->insert_page = new_insert_page;
+    GpuivfBumpMeta(state, metabuf, -(int64) noffsets);
+    GenericXLogFinish(state);
+}
+
+/*
+ * VACUUM: free vector tuples (offsets ascending).  Line pointers stay (set
+ * unused) so every other tuple keeps its TID, which list entries point at;
+ * the page is marked as having free line pointers so inserts reuse them.
+ * count_vectors: the tuples were the rows themselves (untrained index).
+ */
+void
+GpuivfLogFreeVectorTuples(Relation index, Buffer vecbuf, OffsetNumber *offsets, int noffsets,
+                          Buffer metabuf, bool count_vectors)
+{
+    GenericXLogState *state = GenericXLogStart(index);
+    Page        vpage = GenericXLogRegisterBuffer(state, vecbuf, 0);
+    OffsetNumber maxoff;
+
+    /* from the end, so removing a trailing line pointer never shifts others */
+    for (int i = noffsets - 1; i >= 0; i--)
+        PageIndexTupleDeleteNoCompact(vpage, offsets[i]);
+    maxoff = PageGetMaxOffsetNumber(vpage);
+    for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off++)
+    {
+        if (!ItemIdIsUsed(PageGetItemId(vpage, off)))
+        {
+            PageSetHasFreeLinePointers(vpage);
+            break;
+        }
+    }
+    GpuivfBumpMeta(state, metabuf, count_vectors ? -(int64) noffsets : 0);
+    GenericXLogFinish(state);
+}
+
+/* -------------------------------------------------- ANALYZE calibration */
+
+/* The curve was appended to the metapage struct; the fields before it keep
+ * the offsets of format version 1 (README.md, "Metapage"). */
+StaticAssertDecl(offsetof(GpuivfMetaPageData, vector_insert_page) == 80,
+                 "metapage fields of format 1 moved");
+StaticAssertDecl(offsetof(GpuivfMetaPageData, calib_sample) == 84,
+                 "calibration fields must follow vector_insert_page");
+StaticAssertDecl(offsetof(GpuivfMetaPageData, calib_curve) == 112 &&
+                 sizeof(GpuivfCurvePoint) == 12 && sizeof(GpuivfMetaPageData) == 880,
+                 "metapage layout differs from README.md");
+
+/*
+ * Store a calibration in the metapage: the calib_* fields of calib (from
+ * calib_sample to the end of the struct) replace the page's, in one
+ * GenericXLog record of the metapage alone (exclusively locked by the
+ * caller).  The rows of the index do not change, so neither does
+ * generation.  pd_lower is raised to cover the whole struct, so a metapage
+ * written before the curve existed keeps it in full-page images too.
+ */
+void
+GpuivfLogCalibration(Relation index, Buffer metabuf, const GpuivfMetaPageData *calib)
+{
+    GenericXLogState *state = GenericXLogStart(index);
+    Page        page = GenericXLogRegisterBuffer(state, metabuf, 0);
+    PageHeader  phdr = (PageHeader) page;
+    Size        start = offsetof(GpuivfMetaPageData, calib_sample);
+    Size        lower = MAXALIGN(SizeOfPageHeaderData) + sizeof(GpuivfMetaPageData);
+
+    memcpy((char *) GpuivfPageGetMeta(page) + start, (const char *) calib + start,
+           sizeof(GpuivfMetaPageData) - start);
+    if (phdr->pd_lower < lower)
+        phdr->pd_lower = lower;
+    GenericXLogFinish(state);
+}
+
+/* ----------------------------------------------------- reading pages */
+
+/* Raises the index-corruption error for a page that is not the kind
+ * expected ("list", "well-formed vector", ...). */
+void
+GpuivfBadPage(Relation index, BlockNumber blkno, const char *expected)
+{
+    ereport(ERROR,
+            (errcode(ERRCODE_INDEX_CORRUPTED),
+             errmsg("index \"%s\" contains an unexpected page at block %u",
+                    RelationGetRelationName(index), blkno),
+             errdetail("A %s page was expected.", expected),
+             errhint("Please REINDEX it.")));
+}
+
+/*
+ * Copies the live entries of list page blkno (under a share lock) into ids[]
+ * and codes[] (room for capacity entries of code_size bytes); returns how
+ * many and sets *next to the next page of the chain.
+ */
+int
+GpuivfReadListPage(Relation index, BlockNumber blkno, int code_size, int capacity,
+                   uint64 *ids, uint8 *codes, BlockNumber *next)
+{
+    Buffer      buf;
+    Page        page;
+    OffsetNumber maxoff;
+    int         n = 0;
+
+    buf = ReadBufferExtended(index, MAIN_FORKNUM, blkno, RBM_NORMAL, NULL);
+    LockBuffer(buf, BUFFER_LOCK_SHARE);
+    page = BufferGetPage(buf);
+    if (!GpuivfPageIsType(page, GPUIVF_PAGE_LIST))
+        GpuivfBadPage(index, blkno, "list");
+
+    maxoff = PageGetMaxOffsetNumber(page);
+    if (maxoff > capacity)
+        GpuivfBadPage(index, blkno, "well-formed list");
+    for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off = OffsetNumberNext(off))
+    {
+        ItemId      iid = PageGetItemId(page, off);
+        GpuivfListEntry *entry;
+
+        if (!ItemIdIsNormal(iid))
+            continue;
+        if (ItemIdGetLength(iid) < offsetof(GpuivfListEntry, code) + code_size)
+            GpuivfBadPage(index, blkno, "well-formed list");
+        entry = (GpuivfListEntry *) PageGetItem(page, iid);
+        ids[n] = GpuivfTidToId(&entry->tid);
+        memcpy(codes + (size_t) n * code_size, entry->code, code_size);
+        n++;
+    }
+    *next = GpuivfPageGetOpaque(page)->nextblkno;
+    UnlockReleaseBuffer(buf);
+    return n;
+}
+
+/*
+ * The vector tuple at offset off of vector page blkno (locked by the
+ * caller), or NULL when off is out of range or its line pointer is not in
+ * use (VACUUM freed it); raises the corruption error when it is too short
+ * for dims values.
+ */
+GpuivfVectorTuple *
+GpuivfPageVectorTuple(Relation index, Page page, BlockNumber blkno, OffsetNumber off, int dims)
+{
+    ItemId      iid;
+
+    if (off < FirstOffsetNumber || off > PageGetMaxOffsetNumber(page))
+        return NULL;
+    iid = PageGetItemId(page, off);
+    if (!ItemIdIsNormal(iid))
+        return NULL;
+    if (ItemIdGetLength(iid) < offsetof(GpuivfVectorTuple, x) + sizeof(float4) * dims)
+        GpuivfBadPage(index, blkno, "well-formed vector");
+    return (GpuivfVectorTuple *) PageGetItem(page, iid);
+}

@@ -1,0 +1,119 @@
+/*
+ * storage/storage.h — the pages of a gpuivf index: the metapage and the
+ * per-backend model cache (meta.cpp), and every page read and change
+ * (page.cpp: the build's page writer, GenericXLog records, list and vector
+ * page decoding).  Formats: gpuivf.h; design: README.md, "Pages" and "WAL".
+ */
+#ifndef GPUIVF_STORAGE_H
+#define GPUIVF_STORAGE_H
+
+#include "gpuivf.h"
+/* -------------------------------------- index state and input checks */
+
+/*
+ * What a backend keeps of an index between scans (rd_amcache): the metapage
+ * fields and the trained model, valid while train_id matches the metapage.
+ */
+typedef struct GpuivfIndexState
+{
+    GpuivfMetaPageData meta;
+    float      *centroids;      /* lists * dims */
+    float      *centroid_norms; /* lists */
+    float      *codebook;       /* pq_m * 2^pq_bits * (dims / pq_m) */
+    gpuivf::IvfPqModel model;   /* views of the arrays above */
+} GpuivfIndexState;
+
+/* meta.cpp: metapage and the per-backend model cache */
+void        GpuivfReadMeta(Relation index, GpuivfMetaPageData *meta);
+/* *meta = *given (a copy the caller read earlier in this statement), or read
+ * here when given is NULL */
+void        GpuivfGivenOrReadMeta(Relation index, const GpuivfMetaPageData *given,
+                                  GpuivfMetaPageData *meta);
+void        GpuivfCheckFormat(Relation index, const GpuivfMetaPageData *meta);
+/* The returned state lives in rd_amcache, which a relcache invalidation frees:
+ * call it again at every amgettuple/aminsert, never keep the pointer across
+ * calls.  meta is re-read from the metapage on every call. */
+GpuivfIndexState *GpuivfGetIndexState(Relation index);
+
+/* meta.cpp */
+void        GpuivfCheckMaxDims(int dims);   /* 54000 above gpuivf::kMaxDims */
+const char *GpuivfMetricName(int metric);
+/* ------------------------------------------- WAL-logged page changes */
+
+/* page.cpp: the only code that changes pages under WAL */
+Buffer      GpuivfNewBuffer(Relation index, ForkNumber forknum);
+void        GpuivfInitPage(Page page, uint16 page_type);
+void        GpuivfInitRegisterPage(GenericXLogState *state, Buffer buf, uint16 page_type, Page *page);
+void        GpuivfWriteRawPages(Relation index, ForkNumber forknum, uint16 page_type,
+                                const void *data, Size bytes, BlockNumber *start, uint32 *npages);
+void        GpuivfReadRawPages(Relation index, BlockNumber start, uint32 npages, uint16 page_type,
+                               void *data, Size bytes);
+GpuivfListDirEntry GpuivfReadDirEntry(Relation index, const GpuivfMetaPageData *meta, int list);
+void        GpuivfBumpMeta(GenericXLogState *state, Buffer metabuf, int64 vectors_delta);
+
+/* page.cpp: build-time page writer (no WAL; the build logs every page
+ * with log_newpage_range at the end).  Appends pages to a fork in order,
+ * growing the fork by chunks of GPUIVF_WRITER_CHUNK_MIN..MAX pages. */
+#define GPUIVF_WRITER_CHUNK_MIN     1
+#define GPUIVF_WRITER_CHUNK_MAX     1024
+typedef struct GpuivfPageWriter
+{
+    Relation    index;
+    ForkNumber  forknum;
+    uint16      page_type;
+    bool        chained;        /* link each new page from the previous one */
+    Buffer      buf;            /* current page, locked, or InvalidBuffer */
+    BlockNumber blkno;          /* current page, kept across pauses */
+    BlockNumber chain_head;     /* first page since the last NewChain */
+    uint32      pages;          /* pages appended by this writer */
+    BlockNumber reserve_next;   /* pages [reserve_next, reserve_end) were */
+    BlockNumber reserve_end;    /* added to the fork for this writer, unused */
+} GpuivfPageWriter;
+
+void        GpuivfWriterInit(GpuivfPageWriter *w, Relation index, ForkNumber forknum,
+                             uint16 page_type, bool chained);
+void        GpuivfWriterNewChain(GpuivfPageWriter *w);
+void        GpuivfWriterAdd(GpuivfPageWriter *w, const void *item, Size size, ItemPointer tid);
+void        GpuivfWriterPause(GpuivfPageWriter *w);   /* unlock before long engine work */
+void        GpuivfWriterFinish(GpuivfPageWriter *w);  /* unused pages to the FSM */
+void        GpuivfBuildPutMeta(Relation index, ForkNumber forknum, const GpuivfMetaPageData *meta);
+void        GpuivfBuildLogPages(Relation index, ForkNumber forknum);
+
+/* page.cpp: one insert, one GenericXLog record (at most 4 buffers). */
+typedef struct GpuivfInsertPlan
+{
+    Buffer      vecbuf;         /* vector page, or InvalidBuffer: no vector tuple */
+    bool        vec_init;       /* vecbuf is new (or all-zero): initialize it */
+    const float4 *vector;       /* raw vector, dims values */
+    uint32      dims;
+    ItemPointerData heaptid;
+    Buffer      listbuf;        /* list page, or InvalidBuffer: untrained */
+    const uint8 *code;          /* code_size bytes */
+    uint16      code_size;
+    Buffer      dirbuf;         /* directory page holding the list's entry */
+    int         list;
+    BlockNumber new_insert_page;    /* or InvalidBlockNumber: keep */
+    Buffer      metabuf;
+    bool        set_dims;       /* first row of an untrained index fixes dims */
+} GpuivfInsertPlan;
+
+void        GpuivfLogInsert(Relation index, const GpuivfInsertPlan *plan);
+void        GpuivfLogAppendListPage(Relation index, Buffer tailbuf, Buffer newbuf,
+                                    Buffer dirbuf, int list, Buffer metabuf);
+void        GpuivfLogDeleteListEntries(Relation index, Buffer listbuf, OffsetNumber *offsets,
+                                       int noffsets, Buffer dirbuf, const GpuivfMetaPageData *meta,
+                                       int list, BlockNumber new_insert_page, Buffer metabuf);
+void        GpuivfLogFreeVectorTuples(Relation index, Buffer vecbuf, OffsetNumber *offsets,
+                                      int noffsets, Buffer metabuf, bool count_vectors);
+BlockNumber GpuivfDirPageOf(const GpuivfMetaPageData *meta, int list);
+
+/* page.cpp: the curve into the metapage (one record, metapage only) */
+void        GpuivfLogCalibration(Relation index, Buffer metabuf, const GpuivfMetaPageData *calib);
+
+/* page.cpp: reading pages (scan, batch search) */
+void        GpuivfBadPage(Relation index, BlockNumber blkno, const char *expected);  /* ERROR */
+int         GpuivfReadListPage(Relation index, BlockNumber blkno, int code_size, int capacity,
+                               uint64 *ids, uint8 *codes, BlockNumber *next);
+GpuivfVectorTuple *GpuivfPageVectorTuple(Relation index, Page page, BlockNumber blkno,
+                                         OffsetNumber off, int dims);    /* NULL: not in use */
+#endif                          /* GPUIVF_STORAGE_H */

@@ -1,0 +1,266 @@
+/*
+ * vector.cpp — real[] as gpuivf reads it: checked vector input (shape,
+ * NULLs, NaN and infinity, dimensions), the metric of an index, and the SQL
+ * distance functions behind the operators <-> (l2_distance), <#>
+ * (negative_inner_product) and <=> (cosine_distance), plus inner_product.
+ * They call the engine's functions, the same ones the index re-rank calls,
+ * so an index scan and a sequential scan compute bit-identical distances.
+ */
+#include "gpuivf.h"
+
+#include <cmath>
+
+/*
+ * The metric of an index, recognised by its support function 1: the
+ * opclasses name one of gpuivf's own distance functions there.
+ */
+gpuivf::Metric
+GpuivfGetMetric(Relation index)
+{
+    FmgrInfo   *proc = index_getprocinfo(index, 1, GPUIVF_DISTANCE_PROC);
+
+    if (proc->fn_addr == gpuivf_l2_distance)
+        return gpuivf::Metric::L2;
+    if (proc->fn_addr == gpuivf_negative_inner_product)
+        return gpuivf::Metric::InnerProduct;
+    if (proc->fn_addr == gpuivf_cosine_distance)
+        return gpuivf::Metric::Cosine;
+    ereport(ERROR,
+            (errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
+             errmsg("support function %d of index \"%s\" is not a gpuivf distance function",
+                    GPUIVF_DISTANCE_PROC, RelationGetRelationName(index)),
+             errhint("Use one of the operator classes float4_l2_ops, float4_ip_ops or "
+                     "float4_cosine_ops.")));
+    return gpuivf::Metric::L2;  /* keep the compiler quiet */
+}
+
+/*
+ * Is any of x[0..n) a NaN or an infinity?  Those are the floats whose
+ * exponent bits are all ones, so adding one to the exponent field carries
+ * into the sign bit.  Written on four lanes at a time (GCC/Clang vector
+ * extensions: SSE2, NEON): every kNN statement checks the query and each
+ * returned row's vector through the distance operator (the executor
+ * projects the ORDER BY expression), and the element-wise isnan/isinf loop
+ * took about twice the CPU of this one; what remains is mostly the first
+ * touch of the row's vector, which the distance needs anyway.
+ */
+typedef uint32 GpuivfU32x4 __attribute__((vector_size(16)));
+
+static inline bool
+GpuivfAnyNonFinite(const float4 *x, int n)
+{
+    const uint32 exp_mask = 0x7f800000;
+    const uint32 exp_one = 0x00800000;
+    GpuivfU32x4 acc = {0, 0, 0, 0};
+    uint32      bad = 0;
+    int         i = 0;
+
+    for (; i + 4 <= n; i += 4)
+    {
+        GpuivfU32x4 b;
+
+        memcpy(&b, x + i, sizeof(b));
+        acc |= (b & exp_mask) + exp_one;
+    }
+    for (; i < n; i++)
+    {
+        uint32      b;
+
+        memcpy(&b, x + i, sizeof(b));
+        bad |= (b & exp_mask) + exp_one;
+    }
+    bad |= acc[0] | acc[1] | acc[2] | acc[3];
+    return (bad & 0x80000000) != 0;
+}
+
+/*
+ * Checks a detoasted real[] for use as a vector and returns its values in
+ * place: real elements, no NULLs, one dimension, not empty, all finite.
+ */
+const float4 *
+GpuivfArrayGetValues(ArrayType *array, int *dims)
+{
+    const float4 *x;
+    int         n;
+
+    if (ARR_ELEMTYPE(array) != FLOAT4OID)
+        ereport(ERROR,
+                (errcode(ERRCODE_DATATYPE_MISMATCH),
+                 errmsg("vector must be an array of real")));
+    if (ARR_NDIM(array) == 0)
+        ereport(ERROR,
+                (errcode(ERRCODE_DATA_EXCEPTION),
+                 errmsg("array must not be empty")));
+    if (ARR_NDIM(array) > 1)
+        ereport(ERROR,
+                (errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+                 errmsg("array must be one-dimensional"),
+                 errdetail("The array has %d dimensions.", ARR_NDIM(array))));
+    if (ARR_HASNULL(array) && array_contains_nulls(array))
+        ereport(ERROR,
+                (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                 errmsg("array must not contain nulls")));
+
+    n = ARR_DIMS(array)[0];
+    if (n <= 0)
+        ereport(ERROR,
+                (errcode(ERRCODE_DATA_EXCEPTION),
+                 errmsg("array must not be empty")));
+
+    /* without NULLs the elements are a plain, aligned float4 array; the
+     * element-wise loop only runs to name the first bad element's error */
+    x = (const float4 *) ARR_DATA_PTR(array);
+    if (unlikely(GpuivfAnyNonFinite(x, n)))
+    {
+        for (int i = 0; i < n; i++)
+        {
+            if (std::isnan(x[i]))
+                ereport(ERROR,
+                        (errcode(ERRCODE_DATA_EXCEPTION),
+                         errmsg("vector must not contain NaN")));
+            if (std::isinf(x[i]))
+                ereport(ERROR,
+                        (errcode(ERRCODE_DATA_EXCEPTION),
+                         errmsg("vector must not contain infinite values")));
+        }
+    }
+    *dims = n;
+    return x;
+}
+
+/* The index's dimension limit (kMaxDims), on top of the array checks. */
+static void
+CheckIndexableDims(int n)
+{
+    if (n > gpuivf::kMaxDims)
+        ereport(ERROR,
+                (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                 errmsg("column cannot have more than %d dimensions for gpuivf index",
+                        gpuivf::kMaxDims),
+                 errdetail("The vector has %d dimensions.", n)));
+}
+
+/*
+ * A checked, palloc'd copy of the vector in a real[] datum, for indexing:
+ * besides GpuivfArrayGetValues' checks, at most kMaxDims dimensions.
+ */
+float4 *
+GpuivfDatumGetVector(Datum value, int *dims)
+{
+    ArrayType  *array = DatumGetArrayTypeP(value);
+    const float4 *x;
+    float4     *copy;
+    int         n;
+
+    x = GpuivfArrayGetValues(array, &n);
+    CheckIndexableDims(n);
+    copy = (float4 *) palloc(sizeof(float4) * n);
+    memcpy(copy, x, sizeof(float4) * n);
+    if ((Pointer) array != DatumGetPointer(value))
+        pfree(array);
+    *dims = n;
+    return copy;
+}
+
+/*
+ * The vector of an index-build-scan row (first column), validated as
+ * GpuivfDatumGetVector does, but not copied: the elements of the array
+ * itself (detoasted into rowctx when it had to be), valid until the
+ * callback returns and rowctx is reset.  NULL when the row's vector is
+ * NULL.  Scans of every row call this once per row: the copy was a palloc
+ * and a memcpy per row for nothing.
+ */
+const float4 *
+GpuivfRowVector(Datum *values, bool *isnull, MemoryContext rowctx, int *dims)
+{
+    MemoryContext old;
+    ArrayType  *array;
+    const float4 *x;
+
+    if (isnull[0])
+        return NULL;
+    old = MemoryContextSwitchTo(rowctx);
+    array = DatumGetArrayTypeP(values[0]);
+    MemoryContextSwitchTo(old);
+    x = GpuivfArrayGetValues(array, dims);
+    CheckIndexableDims(*dims);
+    return x;
+}
+
+/* Raises the dimension mismatch error unless the two counts agree. */
+void
+GpuivfCheckDims(int expected, int actual)
+{
+    if (expected != actual)
+        ereport(ERROR,
+                (errcode(ERRCODE_DATA_EXCEPTION),
+                 errmsg("different vector dimensions %d and %d", expected, actual)));
+}
+
+/* Both arguments as checked vectors of the same dimension. */
+static int
+GpuivfGetVectorPair(FunctionCallInfo fcinfo, const float4 **a, const float4 **b)
+{
+    ArrayType  *x = PG_GETARG_ARRAYTYPE_P(0);
+    ArrayType  *y = PG_GETARG_ARRAYTYPE_P(1);
+    int         da;
+    int         db;
+
+    *a = GpuivfArrayGetValues(x, &da);
+    *b = GpuivfArrayGetValues(y, &db);
+    GpuivfCheckDims(da, db);
+    return da;
+}
+
+extern "C" {
+PG_FUNCTION_INFO_V1(gpuivf_l2_distance);
+PG_FUNCTION_INFO_V1(gpuivf_inner_product);
+PG_FUNCTION_INFO_V1(gpuivf_negative_inner_product);
+PG_FUNCTION_INFO_V1(gpuivf_cosine_distance);
+}
+
+/* l2_distance(real[], real[]) and <->: Euclidean distance. */
+Datum
+gpuivf_l2_distance(PG_FUNCTION_ARGS)
+{
+    const float4 *a;
+    const float4 *b;
+    int         d = GpuivfGetVectorPair(fcinfo, &a, &b);
+
+    PG_RETURN_FLOAT8(gpuivf::l2_distance(a, b, d));
+}
+
+/* inner_product(real[], real[]): the dot product. */
+Datum
+gpuivf_inner_product(PG_FUNCTION_ARGS)
+{
+    const float4 *a;
+    const float4 *b;
+    int         d = GpuivfGetVectorPair(fcinfo, &a, &b);
+
+    PG_RETURN_FLOAT8((double) gpuivf::inner_product(a, b, d));
+}
+
+/* negative_inner_product(real[], real[]) and <#>: minus the dot product,
+ * so that ascending order puts the largest product first. */
+Datum
+gpuivf_negative_inner_product(PG_FUNCTION_ARGS)
+{
+    const float4 *a;
+    const float4 *b;
+    int         d = GpuivfGetVectorPair(fcinfo, &a, &b);
+
+    PG_RETURN_FLOAT8(gpuivf::negative_inner_product(a, b, d));
+}
+
+/* cosine_distance(real[], real[]) and <=>: 1 - cosine similarity; NaN when
+ * either vector has norm zero. */
+Datum
+gpuivf_cosine_distance(PG_FUNCTION_ARGS)
+{
+    const float4 *a;
+    const float4 *b;
+    int         d = GpuivfGetVectorPair(fcinfo, &a, &b);
+
+    PG_RETURN_FLOAT8(gpuivf::cosine_distance(a, b, d));
+}

@@ -1,0 +1,222 @@
+/*
+ * worker/backend/requests.cpp — what every request a backend sends to the
+ * GPU worker shares: whether a worker can be asked, what happens when it
+ * cannot answer, the identity of the index a request is about, and how many
+ * shards a search of an index uses.
+ *
+ * gpuivf.device decides:
+ *   cpu   never asks the worker (every function returns false at once);
+ *   auto  asks when a worker is ready; any failure (no worker, worker error,
+ *         timeout, worker exit) returns false and the caller answers on the
+ *         CPU, counted in gpuivf_stat.cpu_fallbacks (per query for searches,
+ *         per request for build and ANALYZE work);
+ *   gpu   raises a clear error instead of falling back.
+ * Searches the GPU engine does not take by design (a temporary or untrained
+ * index, exact mode — nprobe covering every list of an index with stored
+ * vectors) are routed to the CPU by GpuivfSearchBatch under every setting;
+ * searches above the engine's limits (GpuivfGpuLimitExceeded) run on the
+ * CPU under auto and raise GpuivfRaiseGpuLimit under gpu.
+ */
+#include "gpuivf.h"
+#include "worker/worker.h"
+#include "worker/protocol.h"
+#include "worker/backend/backend.h"
+
+/* Why no worker can serve, as a DETAIL sentence. */
+static void
+NoWorkerDetail(char *buf, Size len)
+{
+    if (GpuivfShmem == NULL)
+    {
+        snprintf(buf, len, "The gpuivf library is not in shared_preload_libraries, so no GPU worker was started.");
+        return;
+    }
+    for (int i = 0; i < GpuivfShmem->nworkers; i++)
+    {
+        GpuivfWorkerSlot *w = &GpuivfShmem->workers[i];
+        int         state;
+        char        message[GPUIVF_MESSAGE_LEN];
+
+        SpinLockAcquire(&w->mutex);
+        state = w->state;
+        strlcpy(message, w->message, sizeof(message));
+        SpinLockRelease(&w->mutex);
+        if (state == GPUIVF_WORKER_NO_GPU)
+        {
+            snprintf(buf, len, "GPU worker %d has no usable GPU: %s.", i, message);
+            return;
+        }
+    }
+    snprintf(buf, len, "No GPU worker is ready (starting, or restarting after an exit).");
+}
+
+void
+RaiseNoWorker(void)
+{
+    char        detail[GPUIVF_MESSAGE_LEN + 64];
+
+    NoWorkerDetail(detail, sizeof(detail));
+    ereport(ERROR,
+            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+             errmsg("gpuivf.device is set to \"gpu\" but no gpuivf GPU worker is running"),
+             /* the reason depends on the machine: log it, keep client output stable */
+             errdetail_log("%s", detail),
+             errhint("Set gpuivf.device to \"auto\" or \"cpu\" to run gpuivf scans on the CPU.")));
+}
+
+/* n queries or requests answered on the CPU although gpuivf is preloaded
+ * (gpuivf.h); worker -1: none was asked, shown in worker 0's row. */
+void
+GpuivfCountCpuFallbacks(int worker, int64 n)
+{
+    if (GpuivfShmem == NULL || n <= 0)
+        return;
+    if (worker >= 0 && worker < GpuivfShmem->nworkers)
+        pg_atomic_fetch_add_u64(&GpuivfShmem->workers[worker].cpu_fallbacks, (uint64) n);
+    else
+        pg_atomic_fetch_add_u64(&GpuivfShmem->fallbacks_no_worker, (uint64) n);
+}
+
+/* Is a GPU worker with a usable GPU up to take requests? */
+bool
+GpuivfWorkerAvailable(void)
+{
+    if (gpuivf_device == GPUIVF_DEVICE_CPU)
+        return false;
+    return GpuivfReadyWorkers() > 0;
+}
+
+/*
+ * Can the worker be asked at all?  false under cpu; under gpu without a
+ * ready worker, raises; under auto, counts `count` fallbacks.
+ */
+bool
+WorkerUsable(int64 count)
+{
+    if (gpuivf_device == GPUIVF_DEVICE_CPU)
+        return false;
+    if (GpuivfReadyWorkers() > 0)
+        return true;
+    if (gpuivf_device == GPUIVF_DEVICE_GPU)
+        RaiseNoWorker();
+    GpuivfCountCpuFallbacks(-1, count);
+    return false;
+}
+
+/*
+ * A request that did not succeed: raise under gpu, else count `count`
+ * fallbacks (queries, or 1 for a build or exact kNN request) on the worker
+ * that failed and let the caller answer on the CPU.  Releases the slot
+ * (when answered).
+ */
+void
+RequestFailed(Relation index, GpuivfRequestSlot *slot, bool answered, const char *what,
+              int64 count)
+{
+    char        message[GPUIVF_MESSAGE_LEN];
+    char        detail[GPUIVF_MESSAGE_LEN];
+    int         sqlerrcode = ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE;
+    int         worker = -1;
+
+    if (answered)
+    {
+        strlcpy(message, slot->message, sizeof(message));
+        strlcpy(detail, slot->detail, sizeof(detail));
+        if (slot->result == GPUIVF_RESULT_ERROR && slot->sqlerrcode != 0)
+            sqlerrcode = slot->sqlerrcode;
+        worker = slot->taken_by;
+        GpuivfReleaseSlot(slot);
+    }
+    else
+    {
+        snprintf(message, sizeof(message), "no answer within gpuivf.worker_timeout (%d ms)",
+                 gpuivf_worker_timeout);
+        detail[0] = '\0';
+    }
+    if (gpuivf_device == GPUIVF_DEVICE_GPU)
+        ereport(ERROR,
+                (errcode(sqlerrcode),
+                 errmsg("gpuivf GPU worker could not %s index \"%s\": %s", what,
+                        RelationGetRelationName(index), message),
+                 detail[0] ? errdetail("%s", detail) : 0,
+                 errhint("Set gpuivf.device to \"auto\" to answer on the CPU when the GPU cannot.")));
+    ereport(DEBUG1,
+            (errmsg("gpuivf: %s of index \"%s\" runs on the CPU: %s", what,
+                    RelationGetRelationName(index), message)));
+    GpuivfCountCpuFallbacks(worker, count);
+}
+
+/* Fill the identity of index into a request. */
+void
+SetIndexIdentity(GpuivfRequestSlot *slot, Relation index, const GpuivfMetaPageData *meta)
+{
+    slot->dboid = MyDatabaseId;
+    slot->indexoid = RelationGetRelid(index);
+    slot->node = index->rd_node;
+    slot->permanent = index->rd_rel->relpersistence == RELPERSISTENCE_PERMANENT;
+    slot->lsn_reliable = RelationNeedsWAL(index);
+    slot->train_id = meta ? meta->train_id : 0;
+    slot->generation = meta ? meta->generation : 0;
+    slot->dims = meta ? (int) meta->dims : 0;
+    slot->reranked = 0;
+}
+
+/* ----------------------------------------------------- sharded search */
+
+/*
+ * Shards a search of an index of meta's shape uses (gpuivfworker.h,
+ * "Sharding"): gpuivf.shards when it is 2 or more (at most one per
+ * worker); under 0 (auto) the fewest that make one shard's copy fit the
+ * smallest gpuivf.gpu_memory_limit of the ready workers; 1 otherwise.
+ */
+int
+ShardCount(const GpuivfMetaPageData *meta)
+{
+    int         nworkers = GpuivfShmem->nworkers;
+    int64       limit = -1;
+
+    if (nworkers < 2 || gpuivf_shards == 1)
+        return 1;
+    if (gpuivf_shards >= 2)
+        return Min(gpuivf_shards, nworkers);
+    /*
+     * Read without the workers' spinlocks, like GpuivfReadyWorkers: every
+     * search of a multi-GPU host passes here.  A worker sets its limit
+     * before it turns READY (the read barrier keeps that order); a limit
+     * changing under us is a reload, seen a moment early or late, which
+     * the locked read did not prevent either.  The shard count never
+     * changes a search's rows, only which workers answer.
+     */
+    for (int i = 0; i < nworkers; i++)
+    {
+        volatile GpuivfWorkerSlot *w = &GpuivfShmem->workers[i];
+        int64       wlimit;
+
+        if (!GpuivfWorkerReady(i))
+            continue;
+        pg_read_barrier();
+        wlimit = w->memory_limit;
+        if (wlimit > 0 && (limit < 0 || wlimit < limit))
+            limit = wlimit;
+    }
+    if (limit <= 0 || GpuivfEstimateGpuBytes(meta, 1) <= limit)
+        return 1;
+    for (int s = 2; s < nworkers; s++)
+        if (GpuivfEstimateGpuBytes(meta, s) <= limit)
+            return s;
+    return nworkers;            /* the workers say so if it still does not fit */
+}
+
+/* ------------------------------------------------------------- build */
+
+/*
+ * Submits a filled request and waits for it with no time limit (index
+ * builds and exact-kNN answers are long); cancel still works.  True when
+ * answered.
+ */
+bool
+SubmitAndWaitUnlimited(GpuivfRequestSlot *slot)
+{
+    GpuivfSubmit(slot);
+    return GpuivfWaitAnswer(slot, 0);
+}

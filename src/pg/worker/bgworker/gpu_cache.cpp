@@ -1,0 +1,558 @@
+/*
+ * gpuivfgpuindex.cpp — the GPU-resident copies of gpuivf indexes held by one
+ * GPU worker: loading them from the index pages, keeping them current, LRU
+ * eviction (the searches themselves: gpuivfgpusearch.cpp).  Every change
+ * of a copy first drains the searches in flight on the worker's search
+ * streams (GpuivfDrainSearches), which may still read it.
+ *
+ * Pages.  The worker serves every database but is connected to none: it
+ * reads an index's pages through shared buffers by relfilenode
+ * (ReadBufferWithoutRelcache), one share lock at a time, like a scan.  The
+ * requesting backend holds AccessShareLock on the index while it waits, so
+ * the index cannot be dropped under a request.
+ *
+ * What is on the GPU: the model (centroids, codebooks) and, per list, every
+ * entry's PQ code and its heap TID (the engine's 64-bit id), plus the raw
+ * vector when the index stores vectors (exact re-rank on the GPU).  Host
+ * side, a mirror remembers for every list page its LSN and the entries it
+ * held (page-order entry TIDs and heap ids).
+ *
+ * Never stale.  A request carries the metapage generation its backend saw
+ * after taking its snapshot.  A copy is labelled with the generation read
+ * *before* it was (re)loaded, so it holds every entry that existed then: a
+ * request is served only by a copy whose label is at least the request's,
+ * otherwise the copy catches up first.  Catching up walks every list chain
+ * and compares page LSNs (every WAL-logged change of a page moves its LSN);
+ * only changed pages are read.  When nothing but inserts happened since the
+ * last walk (the generation moved exactly as much as the row count plus the
+ * new pages: every other record moves it more), a changed page whose old
+ * entries are a prefix of its new ones only appends its new entries;
+ * otherwise the page's old entries are removed from the GPU and all its
+ * entries added again.  Indexes without reliable LSNs (unlogged, or new in
+ * this transaction under wal_level = minimal) are reloaded whenever they
+ * changed.  Entries that vanished meanwhile (VACUUM) can only point at rows
+ * invisible to the request's snapshot, which the executor filters.
+ * A new train_id (REINDEX writes a new relfilenode anyway) is another index.
+ */
+
+#include "gpuivf.h"
+#include "worker/worker.h"
+#include "worker/protocol.h"
+#include "worker/bgworker/bgworker.h"
+#include "worker/bgworker/gpu_cache.h"
+
+#include "utils/float.h"
+#include "utils/memutils.h"
+
+static GpuIndex Cache[GPUIVF_MAX_CACHED];
+static uint64 UseTick = 0;
+
+/* ------------------------------------------------------------- pages */
+
+Buffer
+ReadIndexPage(const GpuIndex *ix, BlockNumber blkno)
+{
+    return ReadBufferWithoutRelcache(ix->node, MAIN_FORKNUM, blkno, RBM_NORMAL, NULL,
+                                     ix->permanent);
+}
+
+void
+Corrupted(const GpuIndex *ix, BlockNumber blkno, const char *what)
+{
+    ereport(ERROR,
+            (errcode(ERRCODE_INDEX_CORRUPTED),
+             errmsg("gpuivf index %u has an unexpected page at block %u", ix->indexoid, blkno),
+             errdetail("A %s page was expected.", what)));
+}
+
+static void
+ReadMetaPage(const GpuIndex *ix, GpuivfMetaPageData *meta)
+{
+    Buffer      buf = ReadIndexPage(ix, GPUIVF_METAPAGE_BLKNO);
+    Page        page;
+
+    LockBuffer(buf, BUFFER_LOCK_SHARE);
+    page = BufferGetPage(buf);
+    if (!GpuivfPageIsType(page, GPUIVF_PAGE_META))
+    {
+        UnlockReleaseBuffer(buf);
+        Corrupted(ix, GPUIVF_METAPAGE_BLKNO, "meta");
+    }
+    memcpy(meta, GpuivfPageGetMeta(page), sizeof(GpuivfMetaPageData));
+    UnlockReleaseBuffer(buf);
+    if (meta->magic != GPUIVF_MAGIC || meta->version != GPUIVF_FORMAT_VERSION)
+        ereport(ERROR,
+                (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                 errmsg("gpuivf index %u has a format the GPU worker does not read",
+                        ix->indexoid)));
+}
+
+/* A raw array (model, directory) from consecutive pages. */
+void
+ReadRawPages(const GpuIndex *ix, BlockNumber start, uint32 npages, uint16 type,
+             void *data, Size bytes)
+{
+    char       *out = (char *) data;
+    Size        left = bytes;
+
+    for (uint32 i = 0; i < npages && left > 0; i++)
+    {
+        Buffer      buf = ReadIndexPage(ix, start + i);
+        Page        page;
+        Size        chunk = Min(left, (Size) GPUIVF_PAGE_CAPACITY);
+
+        LockBuffer(buf, BUFFER_LOCK_SHARE);
+        page = BufferGetPage(buf);
+        if (!GpuivfPageIsType(page, type) ||
+            ((PageHeader) page)->pd_lower < MAXALIGN(SizeOfPageHeaderData) + chunk)
+        {
+            UnlockReleaseBuffer(buf);
+            Corrupted(ix, start + i, "model or directory");
+        }
+        memcpy(out, PageGetContents(page), chunk);
+        UnlockReleaseBuffer(buf);
+        out += chunk;
+        left -= chunk;
+    }
+    if (left > 0)
+        Corrupted(ix, start, "model or directory");
+}
+
+/* ------------------------------------------------------------- cache */
+
+/* Publish what this worker holds (gpuivf_stat, gpuivf_index_info). */
+static void
+PublishCache(void)
+{
+    GpuivfWorkerSlot *w = &GpuivfShmem->workers[GpuivfMyWorker];
+    int         n = 0;
+    int64       bytes = 0;
+
+    SpinLockAcquire(&w->mutex);
+    for (int i = 0; i < GPUIVF_MAX_CACHED; i++)
+    {
+        GpuIndex   *ix = &Cache[i];
+
+        if (!ix->in_use || ix->gindex == NULL)
+            continue;
+        bytes += ix->device_bytes;
+        if (n < GPUIVF_MAX_SHOWN_INDEXES)
+        {
+            GpuivfShownIndex *s = &w->shown[n];
+
+            s->dboid = ix->dboid;
+            s->relnode = ix->node.relNode;
+            s->indexoid = ix->indexoid;
+            s->generation = ix->generation;
+            s->vectors = ix->entries;
+            s->bytes = ix->device_bytes;
+            s->loaded_at = ix->loaded_at;
+            s->last_used = ix->last_used_at;
+            s->nshards = ix->nshards;
+            s->shard = ix->shard;
+        }
+        n++;
+    }
+    w->nindexes = n;
+    w->bytes_cached = bytes;
+    SpinLockRelease(&w->mutex);
+}
+
+static void
+DropCopy(GpuIndex *ix)
+{
+    GpuivfDrainSearches();
+    if (ix->gindex != NULL)
+        (void) GpuivfCuda.gpuivf_cuda_index_destroy(ix->gindex);
+    ix->gindex = NULL;
+    if (ix->cxt != NULL)
+        MemoryContextDelete(ix->cxt);
+    ix->cxt = NULL;
+    ix->pages = NULL;
+    ix->entries = 0;
+    ix->device_bytes = 0;
+}
+
+void
+GpuivfGpuCacheInit(void)
+{
+    memset(Cache, 0, sizeof(Cache));
+}
+
+void
+GpuivfGpuCacheReset(void)
+{
+    for (int i = 0; i < GPUIVF_MAX_CACHED; i++)
+    {
+        DropCopy(&Cache[i]);
+        Cache[i].in_use = false;
+    }
+    PublishCache();
+}
+
+/* Evict the least recently used copy other than keep; false when none. */
+bool
+EvictOne(const GpuIndex *keep)
+{
+    GpuIndex   *victim = NULL;
+
+    for (int i = 0; i < GPUIVF_MAX_CACHED; i++)
+    {
+        GpuIndex   *ix = &Cache[i];
+
+        if (ix->in_use && ix != keep && (victim == NULL || ix->last_used < victim->last_used))
+            victim = ix;
+    }
+    if (victim == NULL)
+        return false;
+    DropCopy(victim);
+    victim->in_use = false;
+    pg_atomic_fetch_add_u64(&GpuivfShmem->workers[GpuivfMyWorker].evictions, 1);
+    PublishCache();
+    return true;
+}
+
+static int64
+CachedBytes(const GpuIndex *except)
+{
+    int64       sum = 0;
+
+    for (int i = 0; i < GPUIVF_MAX_CACHED; i++)
+        if (Cache[i].in_use && &Cache[i] != except)
+            sum += Cache[i].device_bytes;
+    return sum;
+}
+
+/* Make room for need bytes under the limit, evicting LRU copies. */
+static void
+MakeRoom(const GpuIndex *keep, int64 need)
+{
+    int64       limit = GpuivfShmem->workers[GpuivfMyWorker].memory_limit;
+
+    if (need > limit)
+        ereport(ERROR,
+                (errcode(ERRCODE_OUT_OF_MEMORY),
+                 errmsg("gpuivf index %u needs about %lld MB of GPU memory, more than the %lld MB the GPU worker may use",
+                        keep->indexoid, (long long) (need >> 20), (long long) (limit >> 20)),
+                 errhint("Raise gpuivf.gpu_memory_limit, or use a GPU with more memory.")));
+    while (CachedBytes(keep) + need > limit && EvictOne(keep))
+        ;
+}
+
+static void
+UpdateDeviceBytes(GpuIndex *ix)
+{
+    gpuivf_cuda_index_stats stats;
+
+    memset(&stats, 0, sizeof(stats));
+    GpuivfCheckCuda(GpuivfCuda.gpuivf_cuda_index_get_stats(ix->gindex, &stats), "read index statistics");
+    ix->device_bytes = stats.device_bytes;
+    ix->entries = stats.vectors;
+}
+
+/* ------------------------------------------------------- load / sync */
+
+/* Create the device index and an empty mirror for meta's model. */
+static void
+CreateCopy(GpuIndex *ix, const GpuivfMetaPageData *meta)
+{
+    Size        ncent = (Size) meta->lists * meta->dims;
+    Size        ncode = (Size) meta->pq_m * ((Size) 1 << meta->pq_bits) * (meta->dims / meta->pq_m);
+    float      *centroids = (float *) palloc_extended(sizeof(float) * ncent, MCXT_ALLOC_HUGE);
+    float      *codebook = (float *) palloc_extended(sizeof(float) * ncode, MCXT_ALLOC_HUGE);
+    gpuivf_cuda_model model;
+    HASHCTL     ctl;
+
+    ReadRawPages(ix, meta->centroid_start, meta->centroid_pages, GPUIVF_PAGE_CENTROIDS,
+                 centroids, sizeof(float) * ncent);
+    ReadRawPages(ix, meta->codebook_start, meta->codebook_pages, GPUIVF_PAGE_CODEBOOK,
+                 codebook, sizeof(float) * ncode);
+    MakeRoom(ix, GpuivfEstimateGpuBytes(meta, ix->nshards));
+
+    memset(&model, 0, sizeof(model));
+    model.metric = meta->metric;
+    model.d = (int32) meta->dims;
+    model.nlist = (int32) meta->lists;
+    model.m = meta->pq_m;
+    model.nbits = meta->pq_bits;
+    model.centroids = centroids;
+    model.codebook = codebook;
+    WITH_EVICTION(ix, GpuivfCuda.gpuivf_cuda_index_create(GpuivfCudaRes, &model,
+                                                          (meta->flags & GPUIVF_META_RERANK) != 0,
+                                                          &ix->gindex),
+                  "create a GPU index");
+    pfree(centroids);
+    pfree(codebook);
+
+    ix->cxt = AllocSetContextCreate(TopMemoryContext, "gpuivf GPU index mirror",
+                                    ALLOCSET_DEFAULT_SIZES);
+    memset(&ctl, 0, sizeof(ctl));
+    ctl.keysize = sizeof(BlockNumber);
+    ctl.entrysize = sizeof(PageMirror);
+    ctl.hcxt = ix->cxt;
+    ix->pages = hash_create("gpuivf page mirror", 1024, &ctl,
+                            HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+    ix->meta = *meta;
+    ix->end_generation = 0;
+    ix->end_vectors = 0;
+    ix->loaded_at = GetCurrentTimestamp();
+}
+
+/*
+ * Bring ix up to date (see the file comment).  full: drop and reload
+ * everything.  Returns false when the copy must be reloaded (the caller
+ * calls again with full).
+ */
+static bool
+SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
+{
+    GpuivfMetaPageData meta1;
+    GpuivfMetaPageData meta2;
+    Walk        wk;
+    int         new_pages;
+    bool        pure;
+    uint64     *ids_out;
+    uint64     *remove = NULL;
+    int64       nremove = 0;
+    bool        fresh;
+    instr_time  t0;
+    double      t_walk = 0.0;   /* seconds until the walk ended */
+    double      t_rest = 0.0;   /* and after it */
+
+    /* the copy changes: no search in flight may still read it */
+    GpuivfDrainSearches();
+    INSTR_TIME_SET_CURRENT(t0);
+
+    ReadMetaPage(ix, &meta1);
+    if (!GpuivfMetaIsTrained(&meta1) || meta1.train_id != req->train_id ||
+        meta1.dims != (uint32) req->dims)
+        ereport(ERROR,
+                (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                 errmsg("gpuivf index %u changed while the GPU worker loaded it", ix->indexoid)));
+    if (ix->gindex != NULL &&
+        (full || !req->lsn_reliable || ix->meta.lists != meta1.lists ||
+         ix->meta.code_size != meta1.code_size || ix->meta.flags != meta1.flags))
+        DropCopy(ix);
+    fresh = ix->gindex == NULL;
+    if (fresh)
+        CreateCopy(ix, &meta1);
+    else
+        MakeRoom(ix, GpuivfEstimateGpuBytes(&meta1, ix->nshards));
+
+    memset(&wk, 0, sizeof(wk));
+    wk.code_size = meta1.code_size;
+    new_pages = WalkLists(ix, &meta1, req->lsn_reliable && !fresh, &wk);
+    ReadMetaPage(ix, &meta2);
+    GpuivfAddSeconds(&t_walk, &t0);
+
+    /* only inserts since the last walk: the generation moved by rows + pages */
+    /* (a shard does not walk the other shards' lists, so it cannot count
+     * their new pages: it always takes the general path below) */
+    pure = !fresh && ix->nshards == 1 &&
+        (int64) (meta2.generation - ix->end_generation) ==
+        (int64) (meta2.vectors - ix->end_vectors) + new_pages;
+
+    for (int i = 0; i < wk.npages; i++)
+    {
+        ChangedPage *p = &wk.pages[i];
+        PageMirror *old = p->old;
+
+        if (old == NULL)
+            continue;
+        if (pure && old->nentries <= p->n &&
+            memcmp(old->tids, wk.tids + p->start, sizeof(uint64) * old->nentries) == 0)
+        {
+            p->keep = old->nentries;
+            continue;
+        }
+        if (remove == NULL)
+            remove = (uint64 *) palloc(sizeof(uint64) * Max(old->nentries, 64));
+        else
+            remove = (uint64 *) repalloc(remove, sizeof(uint64) * (nremove + old->nentries));
+        for (int j = 0; j < old->nentries; j++)
+            if (old->ids[j] != UINT64_MAX)
+                remove[nremove++] = old->ids[j];
+    }
+    if (nremove > 0)
+    {
+        int64       removed = 0;
+
+        GpuivfCheckCuda(GpuivfCuda.gpuivf_cuda_index_remove(GpuivfCudaRes, ix->gindex, nremove,
+                                                            remove, &removed),
+                        "remove entries from a GPU index");
+        /* an id on the GPU twice (a heap TID reused during a load): reload */
+        if (removed != nremove)
+            return false;
+    }
+
+    ids_out = (uint64 *) palloc_extended(sizeof(uint64) * Max(wk.n, (int64) 1), MCXT_ALLOC_HUGE);
+    AddEntries(ix, &meta1, &wk, ids_out);
+    for (int i = 0; i < wk.npages; i++)
+        UpdateMirror(ix, &wk, &wk.pages[i], ids_out);
+
+    UpdateDeviceBytes(ix);
+    ix->meta = meta1;
+    ix->generation = meta1.generation;
+    ix->end_generation = meta2.generation;
+    ix->end_vectors = meta2.vectors;
+    GpuivfAddSeconds(&t_rest, &t0);
+    elog(DEBUG1, "gpuivf GPU worker %s index %u: %lld entries of %d list pages in %.0f ms "
+         "(walking the lists %.0f ms, reading vectors %.0f ms, to the engine %.0f ms)",
+         fresh ? "loaded" : "caught up", ix->indexoid, (long long) wk.n, wk.npages,
+         1000 * (t_walk + t_rest), 1000 * t_walk, 1000 * wk.t_vectors, 1000 * wk.t_device);
+    pg_atomic_fetch_add_u64(fresh ? &GpuivfShmem->workers[GpuivfMyWorker].loads
+                            : &GpuivfShmem->workers[GpuivfMyWorker].refreshes, 1);
+    return true;
+}
+
+/* The cached copy of the request's index (or shard), or NULL. */
+static GpuIndex *
+FindCopy(const GpuivfRequestSlot *req)
+{
+    for (int i = 0; i < GPUIVF_MAX_CACHED; i++)
+    {
+        GpuIndex   *c = &Cache[i];
+
+        if (c->in_use && c->dboid == req->dboid && RelFileNodeEquals(c->node, req->node) &&
+            c->indexoid == req->indexoid && c->train_id == req->train_id &&
+            c->nshards == req->nshards && c->shard == req->shard)
+            return c;
+    }
+    return NULL;
+}
+
+/* An unused cache entry, or NULL. */
+static GpuIndex *
+FreeCacheEntry(void)
+{
+    for (int i = 0; i < GPUIVF_MAX_CACHED; i++)
+        if (!Cache[i].in_use)
+            return &Cache[i];
+    return NULL;
+}
+
+/* Whether copy ix is loaded and at least at `generation` (else GetCopy
+ * loads or catches it up, reading pages). */
+static bool
+CopyIsCurrent(const GpuIndex *ix, uint64 generation)
+{
+    return ix->gindex != NULL && ix->generation >= generation;
+}
+
+/* The copy of req's index, loaded or brought up to req's generation. */
+static GpuIndex *
+GetCopy(const GpuivfRequestSlot *req, uint64 generation)
+{
+    GpuIndex   *ix = FindCopy(req);
+
+    if (ix == NULL)
+    {
+        ix = FreeCacheEntry();
+        if (ix == NULL)
+        {
+            EvictOne(NULL);
+            ix = FreeCacheEntry();
+        }
+        memset(ix, 0, sizeof(*ix));
+        ix->in_use = true;
+        ix->dboid = req->dboid;
+        ix->indexoid = req->indexoid;
+        ix->node = req->node;
+        ix->permanent = req->permanent;
+        ix->train_id = req->train_id;
+        ix->nshards = Max(req->nshards, 1);
+        ix->shard = req->shard;
+    }
+    ix->last_used = ++UseTick;
+    ix->last_used_at = GetCurrentTimestamp();
+
+    /* the limit may have been lowered since (reload): evict down to it */
+    if (ix->gindex != NULL)
+    {
+        int64       limit = GpuivfShmem->workers[GpuivfMyWorker].memory_limit;
+
+        while (CachedBytes(NULL) > limit && EvictOne(ix))
+            ;
+        if (ix->device_bytes > limit)
+        {
+            int64       need = ix->device_bytes;
+
+            DropCopy(ix);
+            ix->in_use = false;
+            PublishCache();
+            MakeRoom(ix, need);     /* raises the "needs about" error */
+        }
+    }
+
+    if (!CopyIsCurrent(ix, generation))
+    {
+        PG_TRY();
+        {
+            if (!SyncCopy(ix, req, false))
+                (void) SyncCopy(ix, req, true);
+        }
+        PG_CATCH();
+        {
+            /* a half-synchronised copy is never served */
+            DropCopy(ix);
+            ix->in_use = false;
+            PublishCache();
+            PG_RE_THROW();
+        }
+        PG_END_TRY();
+        PublishCache();
+    }
+    return ix;
+}
+
+/*
+ * The GPU copy that serves a search request of at least `generation`
+ * (loaded, or caught up, first), published in gpuivf_stat.
+ */
+GpuivfCopyRef
+GpuivfGetCopyFor(const GpuivfRequestSlot *req, uint64 generation)
+{
+    GpuIndex   *ix = GetCopy(req, generation);
+    GpuivfCopyRef ref;
+
+    ref.gindex = ix->gindex;
+    ref.stores_vectors = (ix->meta.flags & GPUIVF_META_RERANK) != 0;
+    ref.entries = ix->entries;
+    return ref;
+}
+
+/*
+ * Whether the request's copy is loaded and at least at `generation`: then
+ * serving it reads no page (GetCopy neither loads nor catches up), and the
+ * worker serves it outside a transaction.
+ */
+bool
+GpuivfCopyIsCurrent(const GpuivfRequestSlot *req, uint64 generation)
+{
+    GpuIndex   *ix = FindCopy(req);
+
+    return ix != NULL && CopyIsCurrent(ix, generation);
+}
+
+/*
+ * LOAD: load the request's index, or bring its copy up to the request's
+ * generation, and answer nothing (a build asks before it logs its pages, so
+ * that the load overlaps that and its calibration's searches find the copy
+ * ready: GpuivfWorkerPrefetchBegin).
+ */
+void
+GpuivfServeLoad(int worker, int slotno)
+{
+    GpuivfRequestSlot *r = &GpuivfShmem->slots[slotno];
+
+    (void) worker;
+    (void) GpuivfGetCopyFor(r, r->generation);
+    r->result = GPUIVF_RESULT_OK;
+}
+
+/* Publish this worker's cache after a search (last-use times). */
+void
+GpuivfPublishCache(void)
+{
+    PublishCache();
+}

@@ -1,0 +1,98 @@
+/*
+ * worker/worker.h — the GPU worker as the rest of src/pg sees it: its
+ * registration, the requests a backend sends (searches, CREATE INDEX work,
+ * exact kNN for ANALYZE) and what the workers publish.  Everything here runs
+ * in a backend (worker/backend/) except GpuivfWorkerMain, the worker
+ * process's entry (worker/bgworker/).  The shared-memory layout is private
+ * (worker/protocol.h); the protocol is in README.md ("GPU worker").
+ */
+#ifndef GPUIVF_WORKER_H
+#define GPUIVF_WORKER_H
+
+#include "gpuivf.h"
+/* _PG_init: the worker's settings; when preloading, its shared memory and
+ * one background worker per GPU */
+void        GpuivfWorkerInit(void);
+/* the background worker's entry point (bgw_function_name) */
+extern "C" {
+PGDLLEXPORT void GpuivfWorkerMain(Datum main_arg);
+Datum       gpuivf_stat(PG_FUNCTION_ARGS);
+Datum       gpuivf_worker_search(PG_FUNCTION_ARGS);   /* worker_search.cpp */
+}
+/* gpuivf_index_info: appends "gpu_cache": [...] (where the index is cached) */
+void        GpuivfAppendCacheInfo(StringInfo json, Relation index);
+/* gpuivfclient.cpp (backend side of the GPU worker protocol) */
+bool        GpuivfWorkerAvailable(void);
+/* false when no worker could serve (the caller falls back to the CPU under
+ * gpuivf.device = auto); errors the worker reports are raised here.
+ * Precisely: false under cpu; false for queries the GPU engine does not
+ * take (GpuivfSearchBatch routes them to the CPU itself: untrained or
+ * temporary index, exact mode = nprobe >= lists with stored vectors, k /
+ * candidates / nprobe above GPUIVF_GPU_MAX_*); under auto also false when
+ * no worker is ready or on any worker failure, and then its nq queries are
+ * counted in gpuivf_stat.cpu_fallbacks; under gpu those raise here.  Each
+ * query keeps its own k, nprobe and rerank on the worker, so its answer
+ * never depends on the batch it rides in.  meta as for GpuivfSearchBatch
+ * (NULL: read here). */
+bool        GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
+                               GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats,
+                               const GpuivfMetaPageData *meta);
+/* CREATE INDEX on the GPU (gpuivfclient.cpp).  They return false (or NULL)
+ * when no worker can do it (the build then runs on the CPU); errors are
+ * raised.  Encoding runs in batches through one job (one DSM segment). */
+bool        GpuivfWorkerTrain(Relation index, gpuivf::Metric metric, const float *sample,
+                              int64 n, int dims, int lists, int pq_m, int pq_bits,
+                              float *centroids, float *codebook);
+typedef struct GpuivfEncodeJob GpuivfEncodeJob;
+GpuivfEncodeJob *GpuivfWorkerEncodeBegin(const gpuivf::IvfPqModel &model, int64 batch_cap);
+float      *GpuivfWorkerEncodeArea(GpuivfEncodeJob *job, int area);
+bool        GpuivfWorkerEncodeSubmit(GpuivfEncodeJob *job, Relation index, int area, int64 n);
+bool        GpuivfWorkerEncodeWait(GpuivfEncodeJob *job, Relation index, const int32 **lists,
+                                   const uint8 **codes);
+void        GpuivfWorkerEncodeEnd(GpuivfEncodeJob *job);
+/* A GPU worker loads the index's copy while the build logs its pages (the
+ * calibration that follows then finds it ready); Start returns whether it
+ * asked, Wait waits for that answer.  Neither raises for a failed load. */
+bool        GpuivfWorkerLoadStart(Relation index, const GpuivfMetaPageData *meta);
+void        GpuivfWorkerLoadWait(Relation index);
+
+/*
+ * The GPU engine's limits per query (the same numbers as
+ * cuda/include/gpuivf_cuda.h, checked there by gpuivfworker.h).  Queries
+ * above them run on the CPU under gpuivf.device = auto (counted in
+ * gpuivf_stat.cpu_fallbacks) and raise GpuivfRaiseGpuLimit under gpu.
+ */
+#define GPUIVF_GPU_MAX_K        1024    /* rows, and re-rank candidates */
+#define GPUIVF_GPU_MAX_NPROBE   1024    /* lists probed */
+
+/* gpuivfclient.cpp: the name of the first GPU engine limit query exceeds
+ * ("k", "candidates", "nprobe"), NULL when it fits */
+const char *GpuivfGpuLimitExceeded(const GpuivfQuery *query);
+/* ERROR (54000) naming that limit, for gpuivf.device = gpu */
+void        GpuivfRaiseGpuLimit(Relation index, const GpuivfQuery *query);
+/* gpuivfclient.cpp: n queries (or GPU work requests) answered on the CPU
+ * under gpuivf.device = auto because no worker could serve them; worker -1
+ * when none was asked (shown in worker 0's row).  No-op unless preloaded. */
+void        GpuivfCountCpuFallbacks(int worker, int64 n);
+
+/*
+ * gpuivfclient.cpp: exact kNN on the GPU worker (ANALYZE's ground truth,
+ * GpuivfExactKnnForCalibration).  A job is a DSM segment holding the nq
+ * queries and room for batch_cap base rows (*base: fill it, then Run).
+ * Begin returns NULL when no worker can take it (gpuivf.device = cpu, no
+ * ready worker, or the segment cannot be had): the caller computes on the
+ * CPU.  Run computes the exact top-kk of every query among the n rows of
+ * *base, in core exact_knn's format (internal scores ascending, base row
+ * numbers, UINT64_MAX padding; the same bits: the engine re-scores with the
+ * CPU's functions); false when the worker failed — under gpuivf.device =
+ * gpu that raises instead — and the job is then dead (the caller finishes
+ * on the CPU).
+ */
+typedef struct GpuivfExactKnnJob GpuivfExactKnnJob;
+GpuivfExactKnnJob *GpuivfWorkerExactKnnBegin(Relation index, gpuivf::Metric metric, int dims,
+                                             int nq, const float4 *queries, int kk,
+                                             int64 batch_cap, float4 **base);
+bool        GpuivfWorkerExactKnnRun(GpuivfExactKnnJob *job, int64 n, float *scores, uint64 *ids);
+bool        GpuivfWorkerExactKnnDead(const GpuivfExactKnnJob *job);  /* a Run failed */
+void        GpuivfWorkerExactKnnEnd(GpuivfExactKnnJob *job);
+#endif                          /* GPUIVF_WORKER_H */
