@@ -33,7 +33,7 @@ RESET enable_seqscan;
 
 -- with the planner free to choose.  At 5000 rows of 32 dimensions the index
 -- is chosen with the default 200 re-rank candidates (an index that fits in
--- effective_cache_size is costed as mostly cached, gpuivfcost.cpp) and with 20
+-- effective_cache_size is costed as mostly cached, am/cost.cpp) and with 20
 EXPLAIN (COSTS OFF) SELECT id FROM plan_items ORDER BY v <-> '{1,2,3}' LIMIT 10;
 SET gpuivf.rerank_candidates = 20;
 EXPLAIN (COSTS OFF) SELECT id FROM plan_items ORDER BY v <-> '{1,2,3}' LIMIT 10;

@@ -1,7 +1,7 @@
 
 # CREATE INDEX through the GPU worker encodes batch after batch while its
 # heap scan goes on: the scan fills one area of the build's DSM segment
-# while the worker encodes the other (gpuivfbuild.cpp, FlushBatch).  With
+# while the worker encodes the other (src/pg/am/build.cpp, FlushBatch).  With
 # the CPU stand-in engine and a delay on every encoding request (so that a
 # request really is in flight while the scan runs):
 #  - many overlapping batches (maintenance_work_mem = 1MB) give the same

@@ -1,5 +1,5 @@
 
-# The GPU worker's wake-up thread (gpuivf.wake_thread, src/pg/gpuivfwaker.cpp):
+# The GPU worker's wake-up thread (gpuivf.wake_thread, src/pg/worker/bgworker/waker.cpp):
 # backends whose answers the worker wrote are woken by a second thread of the
 # worker process.  The worker runs the CPU stand-in of the GPU engine
 # (test/gpu/fake_engine.cpp), which starts no threads of its own.  Checked:

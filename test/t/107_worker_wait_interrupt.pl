@@ -1,6 +1,6 @@
 
 # A backend waiting for the GPU worker's answer (GpuivfWaitAnswer,
-# src/pg/gpuivfshmem.cpp: WaitLatch on the backend's latch) is interruptible
+# src/pg/worker/queue.cpp: WaitLatch on the backend's latch) is interruptible
 # at once, not when the answer comes.  The worker runs the CPU stand-in of
 # the GPU engine (test/gpu/fake_engine.cpp) with every search slowed to 5 s.
 # Checked:

@@ -55,7 +55,7 @@ Relation    OpenGpuivfIndex(Oid relid, Relation *heap);
 typedef struct GpuivfScanOpaqueData *GpuivfScanOpaque;
 /* rows the scan's query needs (0 = unknown): round 1 keeps at least that
  * many candidates; set before rescan (the planner integration sets it from
- * the LIMIT, gpuivfplanner.cpp) */
+ * the LIMIT, planner/knn_node.cpp) */
 void        GpuivfScanSetLimitHint(IndexScanDesc scan, int64 rows);
 /* scan.cpp: what the scans of one scan descriptor did, summed over
  * its rescans (EXPLAIN ANALYZE of the GpuivfKnn node) */

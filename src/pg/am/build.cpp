@@ -1,5 +1,5 @@
 /*
- * gpuivfbuild.cpp — ambuild and ambuildempty.
+ * am/build.cpp — ambuild and ambuildempty.
  *
  * CREATE INDEX / REINDEX:
  *   1. metapage placeholder at block 0;
@@ -17,7 +17,7 @@
  *      tuplesort), write each list's entries as one chain of consecutive
  *      pages, then the directory, then the final metapage;
  *   7. log every page with log_newpage_range when the index needs WAL.
- * Pages are written without WAL through gpuivfpage.cpp's build writer.
+ * Pages are written without WAL through storage/page.cpp's build writer.
  * The engine runs with no buffer lock held; it polls GpuivfShouldCancel and
  * returns kCanceled, after which we let CHECK_FOR_INTERRUPTS raise.
  */

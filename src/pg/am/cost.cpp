@@ -1,5 +1,5 @@
 /*
- * gpuivfcost.cpp — amcostestimate: what a gpuivf scan costs the planner.
+ * am/cost.cpp — amcostestimate: what a gpuivf scan costs the planner.
  *
  * An index scan is only useful for ORDER BY col <op> constant; without an
  * ordering the path gets a prohibitive cost.  With one, the startup cost is
@@ -93,7 +93,7 @@ gpuivfcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
     genericcostestimate(root, path, loop_count, &costs);
 
     /*
-     * Round 1 as the scan will ask it (gpuivfsearch.cpp): k from this
+     * Round 1 as the scan will ask it (search/round_one.cpp): k from this
      * level's LIMIT (divided by the selectivity of the rel's filters),
      * nprobe from the settings or the tuned curve, max(k, R) re-ranked.
      */

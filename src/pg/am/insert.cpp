@@ -1,5 +1,5 @@
 /*
- * gpuivfinsert.cpp — aminsert.
+ * am/insert.cpp — aminsert.
  *
  * One row: check and prepare the vector, find its list and PQ code with the
  * cached model (no buffer lock held), then lock, in this order,

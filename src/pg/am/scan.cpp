@@ -1,13 +1,13 @@
 /*
- * gpuivfscan.cpp — index scans: ORDER BY col <op> constant, answered in
+ * am/scan.cpp — index scans: ORDER BY col <op> constant, answered in
  * rounds.
  *
- *  round 1   GpuivfSearchBatch with nq = 1 (gpuivfsearch.cpp: the GPU worker
+ *  round 1   GpuivfSearchBatch with nq = 1 (search/dispatch.cpp: the GPU worker
  *            or the CPU engine): the nprobe best lists, ADC k-selection of
  *            max(k, R) candidates (R = gpuivf.rerank_candidates), exact
  *            re-rank, the k best.  k is the rows the query needs when the
  *            planner integration knows it (limit_hint: LIMIT + OFFSET, raised
- *            for a filter above the scan, gpuivfplanner.cpp), else R.  A batched kNN join may have
+ *            for a filter above the scan, planner/knn_node.cpp), else R.  A batched kNN join may have
  *            computed it ahead of time (GpuivfTakeRoundOne).
  *  revisit   when the executor wants more: all entries of the round-1 lists
  *            in ADC order, minus those already returned, in chunks, each
@@ -136,7 +136,7 @@ typedef struct GpuivfScanOpaqueData
     float      *chunk_scores;
 } GpuivfScanOpaqueData;
 
-/* the pending limit hint of the next scan descriptor (gpuivf.h) */
+/* the pending limit hint of the next scan descriptor (am.h) */
 int64       gpuivf_pending_limit_hint = 0;
 double      gpuivf_pending_filter_sel = 1.0;
 Oid         gpuivf_pending_limit_index = InvalidOid;
@@ -397,7 +397,7 @@ GpuivfRerank(Relation index, GpuivfScanOpaque so, const uint64 *ids, const float
  * (MemoryContextAllocHuge, 16 MB per million rows), not bounded by
  * work_mem: bounding it would mean reading every vector page again for each
  * chunk of rows; the LIMIT case never gets here before round 1 returned
- * the exact top k with O(k) memory (gpuivfsearch.cpp, SearchExact).
+ * the exact top k with O(k) memory (search/cpu.cpp, SearchExact).
  */
 static void
 GpuivfScanExact(Relation index, GpuivfScanOpaque so)
@@ -754,7 +754,7 @@ GpuivfStartScan(IndexScanDesc scan)
 /*
  * Tells a scan how many rows its query needs (0 = unknown), before the
  * next rescan: round 1 then asks the engine for that many rows.  The
- * planner integration (gpuivfplanner.cpp) sets it from the LIMIT;
+ * planner integration (planner/knn_node.cpp) sets it from the LIMIT;
  * PostgreSQL itself never passes a LIMIT down.
  */
 void

@@ -1,5 +1,5 @@
 /*
- * gpuivfvacuum.cpp — ambulkdelete and amvacuumcleanup.
+ * am/vacuum.cpp — ambulkdelete and amvacuumcleanup.
  *
  * bulkdelete works in three passes so that a vector slot is never reused
  * while a list entry still points at it:
@@ -265,7 +265,7 @@ gpuivfbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 
 /*
  * amvacuumcleanup: statistics (bulkdelete did the work), and the recall
- * curve (gpuivfanalyze.cpp).  ANALYZE (and autovacuum's
+ * curve (calibration/curve.cpp).  ANALYZE (and autovacuum's
  * auto-analyze) calls it with analyze_only: measure the curve.  VACUUM
  * ANALYZE never does (PostgreSQL skips the analyze_only call when the
  * VACUUM part ran), so a VACUUM re-measures a missing or stale curve

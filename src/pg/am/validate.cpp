@@ -1,5 +1,5 @@
 /*
- * gpuivfvalidate.cpp — amvalidate: checks that an operator class (and its
+ * am/validate.cpp — amvalidate: checks that an operator class (and its
  * family) is something a gpuivf index can work with.  Every problem is
  * reported as an INFO message, as the built-in access methods do, and the
  * result says whether there was none.

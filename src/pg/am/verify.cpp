@@ -1,6 +1,6 @@
 /*
- * gpuivffuncs.cpp — SQL functions gpuivf_index_info(regclass) and
- * gpuivf_verify(regclass, heapallindexed boolean).
+ * am/verify.cpp — the SQL function gpuivf_verify(regclass, heapallindexed
+ * boolean).
  *
  * gpuivf_verify is the amcheck of gpuivf.  It checks, under AccessShareLock:
  *   - the metapage (format, options, page ranges);
@@ -20,7 +20,6 @@
  *     other entry points at a heap line pointer still in use.
  * Any inconsistency raises ERRCODE_INDEX_CORRUPTED.
  */
-
 #include "gpuivf.h"
 #include "am/am.h"
 #include "storage/storage.h"

@@ -1,5 +1,5 @@
 /*
- * gpuivfanalyze.cpp — ANALYZE calibrates nprobe to a recall target.
+ * calibration/curve.cpp — ANALYZE calibrates nprobe to a recall target.
  *
  * A calibration measures, for one index, the recall@10 of its own search as a
  * function of nprobe, and stores that curve in the metapage
@@ -53,7 +53,6 @@
  * under a share lock one at a time, and only the final write locks the
  * metapage (exclusively, briefly), so inserts and queries go on meanwhile.
  */
-
 #include "gpuivf.h"
 #include "calibration/calibration.h"
 #include "calibration/sample.h"
@@ -386,7 +385,7 @@ CalibrateViaSearch(const GpuivfMetaPageData *meta)
 #endif
 }
 
-/* The calibration's searches go to the GPU worker (gpuivf.h). */
+/* The calibration's searches go to the GPU worker (calibration.h). */
 bool
 GpuivfCalibrationSearchesOnGpu(const GpuivfMetaPageData *meta)
 {
@@ -583,7 +582,7 @@ CalibrateIn(Relation index, Relation heap, const GpuivfMetaPageData *meta,
     return stored;
 }
 
-/* Measure the curve of an index and store it (gpuivf.h). */
+/* Measure the curve of an index and store it (calibration.h). */
 bool
 GpuivfCalibrate(Relation index, Relation heap, const GpuivfCalibSample *drawn)
 {
@@ -617,7 +616,7 @@ GpuivfCalibrate(Relation index, Relation heap, const GpuivfCalibSample *drawn)
     return stored;
 }
 
-/* VACUUM re-measures a missing or stale curve (gpuivf.h). */
+/* VACUUM re-measures a missing or stale curve (calibration.h). */
 bool
 GpuivfCalibrationIsStale(const GpuivfMetaPageData *meta)
 {

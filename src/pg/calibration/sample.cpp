@@ -166,7 +166,7 @@ SampleSink(void *arg, const float4 *x, uint64 id, uint64 heap_id)
     s->seen++;
 }
 
-/* A sample drawn by the caller (gpuivf.h): gpuivf.analyze_sample rows at
+/* A sample drawn by the caller (calibration.h): gpuivf.analyze_sample rows at
  * most, NULL when calibration is off. */
 GpuivfCalibSample *
 GpuivfCalibSampleBegin(int dims)
@@ -263,7 +263,7 @@ TruthSink(void *arg, const float4 *x, uint64 id, uint64 heap_id)
 }
 
 /*
- * The seam for ground truth (gpuivf.h).  Every row is read once (vector
+ * The seam for ground truth (calibration.h).  Every row is read once (vector
  * pages, or the heap when the index stores no vectors) in batches, and each
  * batch's exact top-(k+1) is merged per query.  With a GPU worker up
  * (gpuivf.device not cpu) a batch of at most GPUIVF_TRUTH_GPU_BATCH_BYTES is

@@ -1,9 +1,7 @@
 /*
- * gpuivfsearch.cpp — GpuivfSearchBatch: the round-1 search of nq queries of
- * one index, on the GPU worker when gpuivf.device allows and one is up, else
- * on the CPU in this backend.  A plain index scan calls it with nq = 1 for its
- * first round; the batched kNN join (gpuivfplanner.cpp) with a whole chunk of
- * outer rows.  The answer of a query never depends on the batch it rode in.
+ * search/cpu.cpp — the CPU path of GpuivfSearchBatch (search/dispatch.cpp):
+ * the round-1 search of nq queries of one index in this backend, with the
+ * same answer per query as the GPU worker's.
  *
  * CPU path, per query (the algorithm of a scan's round 1):
  *   IVF    the nprobe best lists; every entry ADC-scored into a TopK of
@@ -19,7 +17,6 @@
  * Memory: scratch in a child context deleted at the end; hits in the
  * caller's context.
  */
-
 #include "gpuivf.h"
 #include "search/search.h"
 #include "storage/storage.h"

@@ -28,7 +28,7 @@ GpuivfCheckDevice(void)
 }
 
 /*
- * Answers nq queries of one index (gpuivf.h): on the GPU worker when
+ * Answers nq queries of one index (search.h): on the GPU worker when
  * gpuivf.device is not cpu and a worker is up, else on the CPU.  Every
  * query's vector must have the index's dims (the callers check it).
  *

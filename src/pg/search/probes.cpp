@@ -44,7 +44,7 @@ GpuivfScanProbes(int lists)
 
 /* ------------------------------------------------------- choosing nprobe */
 
-/* The curve's choice for target (gpuivf.h). */
+/* The curve's choice for target (search.h). */
 int
 GpuivfCurveProbes(const GpuivfMetaPageData *meta, double target, bool *reached)
 {
@@ -98,7 +98,7 @@ FirstWarning(const GpuivfMetaPageData *meta)
     return true;
 }
 
-/* The nprobe a scan uses when gpuivf.probes = 0 (gpuivf.h). */
+/* The nprobe a scan uses when gpuivf.probes = 0 (search.h). */
 int
 GpuivfProbesForScan(const GpuivfMetaPageData *meta, int k, bool *from_curve)
 {

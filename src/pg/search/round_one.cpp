@@ -10,7 +10,7 @@
 
 /* ------------------------------------------------------ round-1 query */
 
-/* The round-1 query of a scan that needs `hint` rows (gpuivf.h). */
+/* The round-1 query of a scan that needs `hint` rows (search.h). */
 int
 GpuivfMakeQuery(const GpuivfMetaPageData *meta, int64 hint, double filter_sel,
                 const float4 *vector, GpuivfQuery *query)
@@ -105,7 +105,7 @@ GpuivfClearOffer(void)
     offer_query.vector = NULL;
 }
 
-/* Offers a precomputed round 1 to the next scan of indexoid (gpuivf.h). */
+/* Offers a precomputed round 1 to the next scan of indexoid (search.h). */
 void
 GpuivfOfferRoundOne(Oid indexoid, uint64 generation, const GpuivfQuery *query, int dims,
                     const GpuivfHit *hits, int nhits, const GpuivfSearchStats *stats)

@@ -1,5 +1,5 @@
 /*
- * gpuivfmeta.cpp — reading the metapage, checking the on-disk format, and
+ * storage/meta.cpp — reading the metapage, checking the on-disk format, and
  * the per-backend model cache (rd_amcache).
  *
  * The cache holds the trained model (centroids, their squared norms,

@@ -1,5 +1,5 @@
 /*
- * gpuivfpage.cpp — every change to a gpuivf page happens here.
+ * storage/page.cpp — every change to a gpuivf page happens here.
  *
  * Two kinds of writers:
  *  - the build (ambuild, ambuildempty) appends pages to a fork that nobody

@@ -62,7 +62,7 @@ typedef struct alignas(PG_CACHE_LINE_SIZE) GpuivfWorkerSlot
 {
     slock_t     mutex;          /* protects everything but the atomics */
     int         state;          /* GpuivfWorkerState; written under mutex,
-                                 * also read without it (gpuivfshmem.cpp) */
+                                 * also read without it (queue.cpp) */
     int         pid;
     uint64      incarnation;    /* +1 at every start of this slot's worker */
     int         device;         /* CUDA device ordinal */

@@ -1,5 +1,5 @@
 /*
- * gpuivfshmem.cpp — the shared memory of the GPU worker: one worker slot per
+ * worker/queue.cpp — the shared memory of the GPU worker: one worker slot per
  * GPU worker and request slots per PGPROC (one, or one per worker when
  * there are several: a sharded search asks its shards at once), with the
  * state machine both sides follow.
@@ -39,7 +39,7 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static bool exit_callback_registered = false;
 
-/* Number of workers registered by _PG_init (gpuivfworker.cpp). */
+/* Number of workers registered by _PG_init (worker/bgworker/registration.cpp). */
 extern int  GpuivfRegisteredWorkers;
 
 /* ------------------------------------------------------------- layout */
@@ -668,7 +668,7 @@ GpuivfFinishRequest(int worker, int slotno)
     }
     SpinLockRelease(&slot->mutex);
     /* the system call of the wake-up is made by the worker's wake-up thread
-     * when it runs (gpuivfwaker.cpp) */
+     * when it runs (worker/bgworker/waker.cpp) */
     GpuivfWakeBackend(&GetPGProcByNumber(slotno / GpuivfShmem->slots_per_backend)->procLatch);
 }
 

@@ -21,7 +21,7 @@ Datum       gpuivf_worker_search(PG_FUNCTION_ARGS);   /* worker_search.cpp */
 }
 /* gpuivf_index_info: appends "gpu_cache": [...] (where the index is cached) */
 void        GpuivfAppendCacheInfo(StringInfo json, Relation index);
-/* gpuivfclient.cpp (backend side of the GPU worker protocol) */
+/* worker/backend/search.cpp */
 bool        GpuivfWorkerAvailable(void);
 /* false when no worker could serve (the caller falls back to the CPU under
  * gpuivf.device = auto); errors the worker reports are raised here.
@@ -37,7 +37,7 @@ bool        GpuivfWorkerAvailable(void);
 bool        GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
                                GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats,
                                const GpuivfMetaPageData *meta);
-/* CREATE INDEX on the GPU (gpuivfclient.cpp).  They return false (or NULL)
+/* CREATE INDEX on the GPU (worker/backend/build_jobs.cpp).  They return false (or NULL)
  * when no worker can do it (the build then runs on the CPU); errors are
  * raised.  Encoding runs in batches through one job (one DSM segment). */
 bool        GpuivfWorkerTrain(Relation index, gpuivf::Metric metric, const float *sample,
@@ -58,25 +58,25 @@ void        GpuivfWorkerLoadWait(Relation index);
 
 /*
  * The GPU engine's limits per query (the same numbers as
- * cuda/include/gpuivf_cuda.h, checked there by gpuivfworker.h).  Queries
+ * cuda/include/gpuivf_cuda.h, checked there by worker/protocol.h).  Queries
  * above them run on the CPU under gpuivf.device = auto (counted in
  * gpuivf_stat.cpu_fallbacks) and raise GpuivfRaiseGpuLimit under gpu.
  */
 #define GPUIVF_GPU_MAX_K        1024    /* rows, and re-rank candidates */
 #define GPUIVF_GPU_MAX_NPROBE   1024    /* lists probed */
 
-/* gpuivfclient.cpp: the name of the first GPU engine limit query exceeds
+/* worker/backend/search.cpp: the name of the first GPU engine limit query exceeds
  * ("k", "candidates", "nprobe"), NULL when it fits */
 const char *GpuivfGpuLimitExceeded(const GpuivfQuery *query);
 /* ERROR (54000) naming that limit, for gpuivf.device = gpu */
 void        GpuivfRaiseGpuLimit(Relation index, const GpuivfQuery *query);
-/* gpuivfclient.cpp: n queries (or GPU work requests) answered on the CPU
+/* worker/backend/requests.cpp: n queries (or GPU work requests) answered on the CPU
  * under gpuivf.device = auto because no worker could serve them; worker -1
  * when none was asked (shown in worker 0's row).  No-op unless preloaded. */
 void        GpuivfCountCpuFallbacks(int worker, int64 n);
 
 /*
- * gpuivfclient.cpp: exact kNN on the GPU worker (ANALYZE's ground truth,
+ * worker/backend/exact_knn.cpp: exact kNN on the GPU worker (ANALYZE's ground truth,
  * GpuivfExactKnnForCalibration).  A job is a DSM segment holding the nq
  * queries and room for batch_cap base rows (*base: fill it, then Run).
  * Begin returns NULL when no worker can take it (gpuivf.device = cpu, no

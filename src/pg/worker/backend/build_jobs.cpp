@@ -144,7 +144,7 @@ RegisterPendingCallbacks(void)
     pending_callbacks_registered = true;
 }
 
-/* Starts encoding on the GPU worker (gpuivf.h); NULL: the CPU encodes. */
+/* Starts encoding on the GPU worker (worker.h); NULL: the CPU encodes. */
 GpuivfEncodeJob *
 GpuivfWorkerEncodeBegin(const gpuivf::IvfPqModel &model, int64 batch_cap)
 {
@@ -269,7 +269,7 @@ GpuivfWorkerEncodeEnd(GpuivfEncodeJob *job)
 }
 
 /*
- * A build's index, loaded by a GPU worker in the background (gpuivf.h):
+ * A build's index, loaded by a GPU worker in the background (worker.h):
  * true when a LOAD request went out; GpuivfWorkerLoadWait waits for it.
  * Nothing is raised and nothing counts as a CPU fallback: without a worker
  * (or for a sharded index, whose shards load on their own workers) the

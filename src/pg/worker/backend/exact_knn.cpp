@@ -26,7 +26,7 @@ struct GpuivfExactKnnJob
     bool        dead;           /* a request failed: the CPU finishes */
 };
 
-/* Starts an exact kNN job on the GPU worker, or NULL (gpuivf.h). */
+/* Starts an exact kNN job on the GPU worker, or NULL (worker.h). */
 GpuivfExactKnnJob *
 GpuivfWorkerExactKnnBegin(Relation index, gpuivf::Metric metric, int dims, int nq,
                           const float4 *queries, int kk, int64 batch_cap, float4 **base)
@@ -59,7 +59,7 @@ GpuivfWorkerExactKnnBegin(Relation index, gpuivf::Metric metric, int dims, int n
     return job;
 }
 
-/* Exact top-kk of the job's queries among the n rows of its base (gpuivf.h). */
+/* Exact top-kk of the job's queries among the n rows of its base (worker.h). */
 bool
 GpuivfWorkerExactKnnRun(GpuivfExactKnnJob *job, int64 n, float *scores, uint64 *ids)
 {

@@ -65,7 +65,7 @@ RaiseNoWorker(void)
 }
 
 /* n queries or requests answered on the CPU although gpuivf is preloaded
- * (gpuivf.h); worker -1: none was asked, shown in worker 0's row. */
+ * (worker.h); worker -1: none was asked, shown in worker 0's row. */
 void
 GpuivfCountCpuFallbacks(int worker, int64 n)
 {
@@ -164,7 +164,7 @@ SetIndexIdentity(GpuivfRequestSlot *slot, Relation index, const GpuivfMetaPageDa
 /* ----------------------------------------------------- sharded search */
 
 /*
- * Shards a search of an index of meta's shape uses (gpuivfworker.h,
+ * Shards a search of an index of meta's shape uses (worker/protocol.h,
  * "Sharding"): gpuivf.shards when it is 2 or more (at most one per
  * worker); under 0 (auto) the fewest that make one shard's copy fit the
  * smallest gpuivf.gpu_memory_limit of the ready workers; 1 otherwise.

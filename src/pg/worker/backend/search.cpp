@@ -14,7 +14,7 @@
 
 /* ------------------------------------------------------------ search */
 
-/* The first GPU engine limit the query exceeds, or NULL (gpuivf.h). */
+/* The first GPU engine limit the query exceeds, or NULL (worker.h). */
 const char *
 GpuivfGpuLimitExceeded(const GpuivfQuery *query)
 {
@@ -424,7 +424,7 @@ ShardedSearch(Relation index, const GpuivfMetaPageData *meta, int nshards, int n
 
 /*
  * Search nq queries of one index on the GPU worker; hits[i] (palloc'd,
- * best first) and nhits[i] out.  False when the CPU must answer (gpuivf.h);
+ * best first) and nhits[i] out.  False when the CPU must answer (worker.h);
  * errors are raised here under gpuivf.device = gpu.  Every query travels
  * with its own k, nprobe and rerank; the stride of the answers of one
  * request is its largest k.

@@ -1,7 +1,7 @@
 /*
- * gpuivfgpuindex.cpp — the GPU-resident copies of gpuivf indexes held by one
+ * worker/bgworker/gpu_cache.cpp — the GPU-resident copies of gpuivf indexes held by one
  * GPU worker: loading them from the index pages, keeping them current, LRU
- * eviction (the searches themselves: gpuivfgpusearch.cpp).  Every change
+ * eviction (catching a copy up: gpu_sync.cpp; the searches themselves: streams.cpp).  Every change
  * of a copy first drains the searches in flight on the worker's search
  * streams (GpuivfDrainSearches), which may still read it.
  *
@@ -34,7 +34,6 @@
  * invisible to the request's snapshot, which the executor filters.
  * A new train_id (REINDEX writes a new relfilenode anyway) is another index.
  */
-
 #include "gpuivf.h"
 #include "worker/worker.h"
 #include "worker/protocol.h"

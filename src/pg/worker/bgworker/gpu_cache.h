@@ -32,7 +32,7 @@ typedef struct GpuIndex
     bool        permanent;
     uint64      train_id;
     int         nshards;        /* 1, or this copy holds only the lists of */
-    int         shard;          /* shard `shard` (gpuivfworker.h, "Sharding") */
+    int         shard;          /* shard `shard` (worker/protocol.h, "Sharding") */
     GpuivfMetaPageData meta;    /* shape of the model */
     uint64      generation;     /* every change up to it is on the GPU */
     uint64      end_generation; /* metapage after the last walk */

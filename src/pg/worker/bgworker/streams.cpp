@@ -1,5 +1,5 @@
 /*
- * gpuivfgpusearch.cpp — the GPU worker's searches: one group of requests
+ * worker/bgworker/streams.cpp — the GPU worker's searches: one group of requests
  * (one index, or one shard of it) becomes one engine call per candidate
  * count, and the common case (one candidate count) runs on a search stream
  * so that the worker takes and prepares the next batch while the GPU works.
@@ -423,7 +423,7 @@ GpuivfGroupGeneration(const int *slotnos, int n)
  * Search the queries of every request of the group (one index): one engine
  * call per candidate count.  A query's candidates are max(k, rerank) when
  * the index stores vectors (re-ranked exactly), else none (ADC order, k
- * rows), exactly as on the CPU (gpuivfsearch.cpp), so its answer never
+ * rows), exactly as on the CPU (search/cpu.cpp), so its answer never
  * depends on the queries it is batched with; within a call each query
  * keeps its own k and nprobe.  Per-list tables: ADC scores bit-identical
  * to the CPU engine's.
@@ -437,7 +437,7 @@ GpuivfGroupGeneration(const int *slotnos, int n)
  * best entries by ADC among the probed lists this shard holds, sorted by
  * exact distance, each with the ADC distance it was selected by (the
  * engine's out_adc_distances); without stored vectors its k best by ADC.
- * The backend merges the shards (gpuivfclient.cpp).
+ * The backend merges the shards (worker/backend/search.cpp).
  */
 bool
 GpuivfServeSearchGroup(int worker, int *slotnos, int n)

@@ -1,5 +1,5 @@
 /*
- * gpuivfwaker.cpp — the GPU worker's wake-up thread: sets the latches of the
+ * worker/bgworker/waker.cpp — the GPU worker's wake-up thread: sets the latches of the
  * backends whose answers are written, so that the worker's one thread does
  * not.
  *
