@@ -111,4 +111,4 @@ CREATE FUNCTION gpuivf_worker_search(index regclass, query real[], k integer,
     LANGUAGE C STRICT VOLATILE;
 
 COMMENT ON FUNCTION gpuivf_worker_search(regclass, real[], integer, integer) IS
-    'the k nearest rows as the gpuivf GPU worker answers them (diagnostic; nprobe 0 = gpuivf.probes or automatic)';
+    'the k nearest rows as the gpuivf GPU worker answers them (diagnostic; nprobe 0 = the probes a scan of the index uses)';

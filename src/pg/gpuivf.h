@@ -302,6 +302,10 @@ typedef struct GpuivfListEntry
 
 #define GPUIVF_LIST_ENTRY_SIZE(code_size) \
     MAXALIGN(offsetof(GpuivfListEntry, code) + (code_size))
+/* Most list entries one page holds (line pointer + entry each): the room
+ * every reader of list pages keeps, and a bound a well-formed page keeps. */
+#define GPUIVF_LIST_PAGE_CAPACITY(code_size) \
+    ((int) (GPUIVF_PAGE_CAPACITY / (sizeof(ItemIdData) + GPUIVF_LIST_ENTRY_SIZE(code_size))))
 
 /* A full vector (vector pages): the heap row it belongs to and its values. */
 typedef struct GpuivfVectorTuple
@@ -357,6 +361,14 @@ GpuivfMetaStoresVectors(const GpuivfMetaPageData *meta)
     return !GpuivfMetaIsTrained(meta) || (meta->flags & GPUIVF_META_RERANK) != 0;
 }
 
+/* Floats of an index's codebooks: pq_m sub-quantizers of 2^pq_bits
+ * centroids of dims / pq_m values each (src/core's layout). */
+static inline Size
+GpuivfCodebookFloats(int dims, int pq_m, int pq_bits)
+{
+    return (Size) pq_m * ((Size) 1 << pq_bits) * (Size) (dims / Max(pq_m, 1));
+}
+
 /* -------------------------------------------------- relation options */
 
 typedef struct GpuivfOptions
@@ -402,6 +414,7 @@ const float4 *GpuivfArrayGetValues(ArrayType *array, int *dims);
 /* utils.cpp: engine status, the engine's cancel hook, small algorithms */
 void        GpuivfRaiseStatus(const gpuivf::Status &status);
 bool        GpuivfShouldCancel(void *arg);                   /* CancelHook, never longjmps */
+int         GpuivfCompareUint64(const void *a, const void *b);    /* qsort: ascending */
 bool        GpuivfSortedIdsContain(const uint64 *ids, int64 n, uint64 id);  /* binary search */
 int64       GpuivfReservoirSlot(pg_prng_state *prng, int64 held, int64 cap, int64 seen);
 void        GpuivfAddSeconds(double *seconds, instr_time *since);  /* since: now */
@@ -434,6 +447,39 @@ typedef struct GpuivfSearchStats
     double      gpu_ms;         /* device time of that engine call */
     int64       reranked;       /* candidates re-ranked exactly */
 } GpuivfSearchStats;
+
+/*
+ * The order of a query's answer: distance ascending with NaN after every
+ * number (as float8 sorts), ties broken by the smaller id (the heap TID,
+ * packed): what both engines and every merge of candidates rank by.
+ * Negative, zero or positive, as for qsort.
+ */
+static inline int
+GpuivfCompareDistanceId(double da, uint64 ia, double db, uint64 ib)
+{
+    bool        nan_a = da != da;
+    bool        nan_b = db != db;
+
+    if (nan_a != nan_b)
+        return nan_a ? 1 : -1;
+    if (!nan_a && da != db)
+        return da < db ? -1 : 1;
+    return ia < ib ? -1 : (ia > ib ? 1 : 0);
+}
+
+/* A row of an answer: its distance and heap TID, in that order. */
+typedef struct GpuivfResult
+{
+    double      distance;       /* SQL-visible distance (the order-by value) */
+    uint64      heapid;         /* heap TID, packed */
+} GpuivfResult;
+
+/* GpuivfCompareDistanceId as a strict "less" (std::sort, std::nth_element) */
+static inline bool
+GpuivfResultLess(const GpuivfResult &a, const GpuivfResult &b)
+{
+    return GpuivfCompareDistanceId(a.distance, a.heapid, b.distance, b.heapid) < 0;
+}
 
 /* Is the query answered exactly: an untrained index, or every list of an
  * index that stores vectors (the exact scan; the GPU worker never takes it)? */

@@ -55,6 +55,16 @@ GpuivfShouldCancel(void *arg)
     return InterruptPending && (QueryCancelPending || ProcDiePending);
 }
 
+/* qsort comparator: ascending uint64 (ids) */
+int
+GpuivfCompareUint64(const void *a, const void *b)
+{
+    uint64      x = *(const uint64 *) a;
+    uint64      y = *(const uint64 *) b;
+
+    return x < y ? -1 : (x > y ? 1 : 0);
+}
+
 /* Binary search: is id among the n ascending ids? */
 bool
 GpuivfSortedIdsContain(const uint64 *ids, int64 n, uint64 id)

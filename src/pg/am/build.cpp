@@ -276,7 +276,7 @@ TrainModel(GpuivfBuildState *bs)
     bs->centroids = (float *) palloc_extended((Size) bs->lists * d * sizeof(float),
                                               MCXT_ALLOC_HUGE);
     bs->centroid_norms = (float *) palloc((Size) bs->lists * sizeof(float));
-    codebook_floats = (Size) bs->pq_m * ((Size) 1 << bs->pq_bits) * (d / bs->pq_m);
+    codebook_floats = GpuivfCodebookFloats(d, bs->pq_m, bs->pq_bits);
     bs->codebook = (float *) palloc_extended(codebook_floats * sizeof(float), MCXT_ALLOC_HUGE);
 
     /* k-means + PQ on the GPU worker when one can;
@@ -795,7 +795,7 @@ BuildTrained(GpuivfBuildState *bs, IndexInfo *indexInfo, double *reltuples)
     meta.pq_bits = (uint16) bs->pq_bits;
     meta.code_size = (uint16) bs->code_size;
     meta.train_id = NewTrainId();
-    codebook_floats = (Size) bs->pq_m * ((Size) 1 << bs->pq_bits) * (bs->dims / bs->pq_m);
+    codebook_floats = GpuivfCodebookFloats(bs->dims, bs->pq_m, bs->pq_bits);
     GpuivfWriteRawPages(bs->index, bs->forknum, GPUIVF_PAGE_CENTROIDS, bs->centroids,
                         (Size) bs->lists * bs->dims * sizeof(float), &meta.centroid_start,
                         &meta.centroid_pages);

@@ -74,7 +74,6 @@ gpuivfcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 
     rel = index_open(index->indexoid, NoLock);
     GpuivfReadMeta(rel, &meta);
-    index_close(rel, NoLock);
 
     tuples = index->tuples > 0 ? index->tuples : index->rel->tuples;
     tuples = Max(tuples, 1.0);
@@ -107,8 +106,9 @@ gpuivfcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
             sel = Min(Max(baserel->rows / baserel->tuples, 1e-6), 1.0);
         if (limit > 0)
             hint = GpuivfRowsForFilter(limit, sel);
-        GpuivfMakeQuery(&meta, hint, sel, NULL, &query);
+        GpuivfMakeQuery(rel, &meta, hint, sel, NULL, &query);
     }
+    index_close(rel, NoLock);
 
     if (!trained || GpuivfQueryIsExact(&meta, &query))
     {

@@ -61,13 +61,11 @@ OpenGpuivfIndex(Oid relid, Relation *heap)
  * "target_reached"}.
  */
 static void
-AppendCalibration(StringInfo json, const GpuivfMetaPageData *meta)
+AppendCalibration(StringInfo json, Relation index, const GpuivfMetaPageData *meta)
 {
-    bool        reached = false;
-    int         curve_probes = GpuivfCurveProbes(meta, gpuivf_target_recall, &reached);
-    int         in_use;
-    const char *source;
+    GpuivfProbeChoice probes;
 
+    GpuivfChooseProbes(index, meta, 0, 1.0, false, &probes);
     if (meta->calib_k == 0 || meta->calib_npoints == 0)
         appendStringInfoString(json, "\"calibration\": null, ");
     else
@@ -84,31 +82,10 @@ AppendCalibration(StringInfo json, const GpuivfMetaPageData *meta)
                              (double) meta->calib_curve[j].recall_se);
         appendStringInfoString(json, "]}, ");
     }
-
-    if (!GpuivfMetaIsTrained(meta) || meta->lists == 0)
-    {
-        in_use = 0;
-        source = "exact";
-    }
-    else if (gpuivf_probes > 0)
-    {
-        in_use = Min(gpuivf_probes, (int) meta->lists);
-        source = "setting";
-    }
-    else if (curve_probes > 0)
-    {
-        in_use = curve_probes;
-        source = "curve";
-    }
-    else
-    {
-        in_use = Min(GpuivfAutoProbes((int) meta->lists), (int) meta->lists);
-        source = "automatic";
-    }
     appendStringInfo(json, "\"probes\": {\"in_use\": %d, \"source\": \"%s\", "
                      "\"target_recall\": %.4f, \"target_reached\": %s}",
-                     in_use, source, gpuivf_target_recall,
-                     curve_probes > 0 ? (reached ? "true" : "false") : "null");
+                     probes.nprobe, GpuivfProbeSourceName(probes.source, true), probes.target,
+                     probes.curve_nprobe > 0 ? (probes.target_reached ? "true" : "false") : "null");
 }
 
 /* gpuivf_index_info(regclass) returns jsonb: the metapage and list sizes. */
@@ -161,7 +138,7 @@ gpuivf_index_info(PG_FUNCTION_ARGS)
     appendStringInfo(&json, "\"format_version\": %u, \"generation\": " UINT64_FORMAT
                      ", \"train_id\": " UINT64_FORMAT ", ",
                      meta.version, meta.generation, meta.train_id);
-    AppendCalibration(&json, &meta);
+    AppendCalibration(&json, index, &meta);
     appendStringInfoChar(&json, '}');
     index_close(index, AccessShareLock);
     /* through the type's input function: fmgrprotos.h has C++ linkage here */

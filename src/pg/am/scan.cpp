@@ -62,12 +62,6 @@ typedef enum GpuivfScanPhase
     GPUIVF_PHASE_DONE           /* nothing more to load */
 } GpuivfScanPhase;
 
-/* a row ready to be returned */
-typedef struct GpuivfResult
-{
-    double      distance;       /* SQL-visible distance (the order-by value) */
-    uint64      heapid;         /* heap TID, packed */
-} GpuivfResult;
 
 typedef struct GpuivfScanOpaqueData
 {
@@ -143,37 +137,6 @@ Oid         gpuivf_pending_limit_index = InvalidOid;
 
 /* ------------------------------------------------------------ helpers */
 
-/* Order of results: distance ascending with NaN last (as float8 sorts),
- * then heap TID. */
-static int
-GpuivfCompareResults(const void *a, const void *b)
-{
-    const GpuivfResult *ra = (const GpuivfResult *) a;
-    const GpuivfResult *rb = (const GpuivfResult *) b;
-    bool        nan_a = std::isnan(ra->distance);
-    bool        nan_b = std::isnan(rb->distance);
-
-    if (nan_a != nan_b)
-        return nan_a ? 1 : -1;
-    if (!nan_a)
-    {
-        if (ra->distance < rb->distance)
-            return -1;
-        if (ra->distance > rb->distance)
-            return 1;
-    }
-    if (ra->heapid != rb->heapid)
-        return ra->heapid < rb->heapid ? -1 : 1;
-    return 0;
-}
-
-/* GpuivfCompareResults as a strict "less" for std::nth_element/std::sort. */
-static inline bool
-GpuivfResultLess(const GpuivfResult &a, const GpuivfResult &b)
-{
-    return GpuivfCompareResults(&a, &b) < 0;
-}
-
 /*
  * Exact mode computes every distance but sorts lazily: before results[pos]
  * is returned, the next chunk of the unsorted tail is selected
@@ -197,16 +160,6 @@ GpuivfEnsureSorted(GpuivfScanOpaque so, int64 pos)
         so->nsorted = mid - so->results;
         CHECK_FOR_INTERRUPTS();
     }
-}
-
-/* Ascending uint64. */
-static int
-GpuivfCompareIds(const void *a, const void *b)
-{
-    uint64      ia = *(const uint64 *) a;
-    uint64      ib = *(const uint64 *) b;
-
-    return ia < ib ? -1 : (ia > ib ? 1 : 0);
 }
 
 /* Makes room for n more results (query_ctx). */
@@ -281,7 +234,7 @@ static void
 GpuivfSortDone(GpuivfScanOpaque so)
 {
     if (so->ndone > so->ndone_sorted)
-        qsort(so->done_ids, so->ndone, sizeof(uint64), GpuivfCompareIds);
+        qsort(so->done_ids, so->ndone, sizeof(uint64), GpuivfCompareUint64);
     so->ndone_sorted = so->ndone;
 }
 
@@ -361,7 +314,7 @@ GpuivfRerank(Relation index, GpuivfScanOpaque so, const uint64 *ids, const float
 
         if (sorted != ids)
             memcpy(sorted, ids, sizeof(uint64) * n);
-        qsort(sorted, n, sizeof(uint64), GpuivfCompareIds);
+        qsort(sorted, n, sizeof(uint64), GpuivfCompareUint64);
         while (i < n)
         {
             BlockNumber blkno = (BlockNumber) (sorted[i] >> 16);
@@ -385,7 +338,7 @@ GpuivfRerank(Relation index, GpuivfScanOpaque so, const uint64 *ids, const float
             CHECK_FOR_INTERRUPTS();
         }
     }
-    qsort(so->results + first, so->nresults - first, sizeof(GpuivfResult), GpuivfCompareResults);
+    std::sort(so->results + first, so->results + so->nresults, GpuivfResultLess);
 }
 
 /* ------------------------------------------------------------- phases */
@@ -528,8 +481,7 @@ GpuivfPrepareDeepen(Relation index, GpuivfScanOpaque so)
     so->visited = (bool *) palloc0(sizeof(bool) * so->nlist);
     so->lists_visited = 0;
 
-    so->page_capacity = (int) (GPUIVF_PAGE_CAPACITY /
-                               (sizeof(ItemIdData) + GPUIVF_LIST_ENTRY_SIZE(so->meta.code_size)));
+    so->page_capacity = GPUIVF_LIST_PAGE_CAPACITY(so->meta.code_size);
     so->page_codes = (uint8 *) palloc(so->meta.code_size * (Size) so->page_capacity + 1);
     so->page_ids = (uint64 *) palloc(sizeof(uint64) * so->page_capacity);
     so->chunk_ids = (uint64 *) palloc(sizeof(uint64) * so->rerank_k);
@@ -729,7 +681,7 @@ GpuivfStartScan(IndexScanDesc scan)
     so->rerank = GpuivfMetaIsTrained(&so->meta) && (so->meta.flags & GPUIVF_META_RERANK) != 0;
     so->nlist = GpuivfMetaIsTrained(&so->meta) ? (int) so->meta.lists : 0;
 
-    source = GpuivfMakeQuery(&so->meta, so->limit_hint, so->filter_sel, so->query, &so->q);
+    source = GpuivfMakeQuery(index, &so->meta, so->limit_hint, so->filter_sel, so->query, &so->q);
     so->exact = GpuivfQueryIsExact(&so->meta, &so->q);
     so->stats.scans++;
     so->stats.k_sum += so->q.k;

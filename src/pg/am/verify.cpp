@@ -229,7 +229,7 @@ VerifyMeta(VerifyState *vs)
         Corrupt(vs, "%u centroid pages do not hold %u lists of %u dimensions.",
                 m->centroid_pages, m->lists, m->dims);
     if (m->codebook_pages !=
-        RawPages((Size) m->pq_m * ((Size) 1 << m->pq_bits) * (m->dims / m->pq_m) * sizeof(float)))
+        RawPages(GpuivfCodebookFloats((int) m->dims, m->pq_m, m->pq_bits) * sizeof(float)))
         Corrupt(vs, "%u codebook pages do not hold the codebooks.", m->codebook_pages);
     if (m->directory_pages != RawPages((Size) m->lists * sizeof(GpuivfListDirEntry)))
         Corrupt(vs, "%u directory pages do not hold %u lists.", m->directory_pages, m->lists);
@@ -244,7 +244,7 @@ LoadModel(VerifyState *vs)
 {
     GpuivfMetaPageData *m = &vs->meta;
     Size        nc = (Size) m->lists * m->dims;
-    Size        nb = (Size) m->pq_m * ((Size) 1 << m->pq_bits) * (m->dims / m->pq_m);
+    Size        nb = GpuivfCodebookFloats((int) m->dims, m->pq_m, m->pq_bits);
 
     vs->centroids = (float *) palloc_extended(nc * sizeof(float), MCXT_ALLOC_HUGE);
     vs->norms = (float *) palloc(m->lists * sizeof(float));
@@ -258,14 +258,7 @@ LoadModel(VerifyState *vs)
     if (!AllFinite(vs->codebook, nb))
         Corrupt(vs, "A codebook has a NaN or infinite value.");
     gpuivf::row_norms(vs->centroids, m->lists, m->dims, vs->norms);
-    vs->model.metric = (gpuivf::Metric) m->metric;
-    vs->model.d = (int) m->dims;
-    vs->model.nlist = (int) m->lists;
-    vs->model.m = (int) m->pq_m;
-    vs->model.nbits = (int) m->pq_bits;
-    vs->model.centroids = vs->centroids;
-    vs->model.centroid_norms = vs->norms;
-    vs->model.codebook = vs->codebook;
+    vs->model = GpuivfModelOf(m, vs->centroids, vs->norms, vs->codebook);
 
     vs->bvec = (float *) palloc((Size) VERIFY_BATCH * m->dims * sizeof(float));
     vs->prep = (float *) palloc((Size) VERIFY_BATCH * m->dims * sizeof(float));

@@ -51,8 +51,13 @@ gpuivf_worker_search(PG_FUNCTION_ARGS)
     query.vector = GpuivfDatumGetVector(PG_GETARG_DATUM(1), &dims);
     GpuivfCheckDims((int) meta.dims, dims);
     if (nprobe <= 0)
-        nprobe = gpuivf_probes > 0 ? gpuivf_probes
-            : (int) Max(1.0, ceil(sqrt((double) Max(meta.lists, (uint32) 1))));
+    {
+        /* what a scan of this index would probe */
+        GpuivfProbeChoice probes;
+
+        GpuivfChooseProbes(index, &meta, k, 1.0, false, &probes);
+        nprobe = probes.nprobe;
+    }
     query.k = k;
     query.nprobe = nprobe;
     query.rerank = (meta.flags & GPUIVF_META_RERANK) ? Max(gpuivf_rerank_candidates, k) : 0;

@@ -6,7 +6,7 @@
  * (GpuivfLogCalibration: one GenericXLog record, so it survives restarts and
  * reaches standbys).  Scans with gpuivf.probes = 0 then use the smallest
  * measured nprobe whose recall meets gpuivf.target_recall with 95% confidence
- * (GpuivfProbesForScan, GpuivfCurveProbes), so changing the target takes
+ * (GpuivfChooseProbes, search/probes.cpp), so changing the target takes
  * effect at once, without measuring again.
  *
  * When: ANALYZE (amvacuumcleanup with analyze_only: plain ANALYZE and
@@ -124,39 +124,24 @@ typedef struct SweepState
 static int
 SweepReadListPage(SweepState *sw, BlockNumber blkno, uint64 skip_id, BlockNumber *next)
 {
-    Buffer      buf = ReadBuffer(sw->index, blkno);
-    Page        page;
-    int         n = 0;
     int         code_size = sw->meta.code_size;
+    int         n = GpuivfReadListPage(sw->index, blkno, code_size, sw->page_cap, sw->page_ids,
+                                       sw->page_codes, next);
+    int         kept = 0;
 
-    LockBuffer(buf, BUFFER_LOCK_SHARE);
-    page = BufferGetPage(buf);
-    *next = InvalidBlockNumber;
-    if (GpuivfPageIsType(page, GPUIVF_PAGE_LIST))
+    for (int i = 0; i < n; i++)
     {
-        OffsetNumber maxoff = PageGetMaxOffsetNumber(page);
-
-        for (OffsetNumber off = FirstOffsetNumber; off <= maxoff && n < sw->page_cap; off++)
+        if (sw->page_ids[i] == skip_id)
+            continue;
+        if (kept != i)
         {
-            ItemId      iid = PageGetItemId(page, off);
-            GpuivfListEntry *e;
-            uint64      id;
-
-            if (!ItemIdIsNormal(iid) ||
-                ItemIdGetLength(iid) < offsetof(GpuivfListEntry, code) + code_size)
-                continue;
-            e = (GpuivfListEntry *) PageGetItem(page, iid);
-            id = GpuivfTidToId(&e->tid);
-            if (id == skip_id)
-                continue;
-            sw->page_ids[n] = id;
-            memcpy(sw->page_codes + (Size) n * code_size, e->code, code_size);
-            n++;
+            sw->page_ids[kept] = sw->page_ids[i];
+            memcpy(sw->page_codes + (Size) kept * code_size,
+                   sw->page_codes + (Size) i * code_size, code_size);
         }
-        *next = GpuivfPageGetOpaque(page)->nextblkno;
+        kept++;
     }
-    UnlockReleaseBuffer(buf);
-    return n;
+    return kept;
 }
 
 /* ADC-score every entry of one list into the query's candidates. */
@@ -441,8 +426,7 @@ MeasureCurve(Relation index, const GpuivfMetaPageData *meta, const CalibSample *
     sw.query_prep = (float *) palloc(sizeof(float) * meta->dims);
     sw.order = (int32 *) palloc(sizeof(int32) * lists);
     sw.order_scores = (float *) palloc(sizeof(float) * lists);
-    sw.page_cap = (int) (GPUIVF_PAGE_CAPACITY /
-                         (sizeof(ItemIdData) + GPUIVF_LIST_ENTRY_SIZE(meta->code_size))) + 1;
+    sw.page_cap = GPUIVF_LIST_PAGE_CAPACITY(meta->code_size);
     sw.page_codes = (uint8 *) palloc((Size) sw.page_cap * meta->code_size);
     sw.page_ids = (uint64 *) palloc(sizeof(uint64) * sw.page_cap);
     sw.snap_vals = (float *) palloc(sizeof(float) * sw.R);

@@ -235,7 +235,7 @@ LoadChunk(BatchState *bs)
             int64       hint = HintFromLimit(has, count, offset, bs->with_ties, bs->filter_ppm);
             GpuivfQuery *q = &bs->queries[bs->nrows];
 
-            GpuivfMakeQuery(&meta, hint, bs->filter_ppm / 1e6, vector, q);
+            GpuivfMakeQuery(bs->index, &meta, hint, bs->filter_ppm / 1e6, vector, q);
             /* a limit of 0 runs no scan; an exact scan without a limit
              * sorts everything itself */
             if ((has && count <= 0) || (hint <= 0 && GpuivfQueryIsExact(&meta, q)))

@@ -179,23 +179,6 @@ KnnReScan(CustomScanState *node)
         ExecReScan(ks->child);
 }
 
-/* "automatic", "gpuivf.probes", ... */
-static const char *
-ProbeSourceName(int source)
-{
-    switch (source)
-    {
-        case GPUIVF_PROBES_SETTING:
-            return "gpuivf.probes";
-        case GPUIVF_PROBES_CURVE:
-            return "tuned curve";
-        case GPUIVF_PROBES_AUTO:
-            return "automatic";
-        default:
-            return "untrained index";
-    }
-}
-
 /* Device of n scans of which on_gpu ran on the GPU. */
 const char *
 DeviceName(int64 on_gpu, int64 n)
@@ -235,7 +218,7 @@ KnnExplain(CustomScanState *node, List *ancestors, ExplainState *es)
     else
     {
         ExplainPropertyFloat("Probes", NULL, (double) st->probes_sum / st->scans, 0, es);
-        ExplainPropertyText("Probes From", ProbeSourceName(st->probe_source), es);
+        ExplainPropertyText("Probes From", GpuivfProbeSourceName(st->probe_source, false), es);
     }
     ExplainPropertyFloat("Rows Asked", NULL, (double) st->k_sum / st->scans, 0, es);
     ExplainPropertyFloat("Re-ranked", NULL, (double) st->reranked / st->scans, 0, es);

@@ -37,42 +37,27 @@ typedef struct SearchScratch
     uint64     *page_ids;
 } SearchScratch;
 
-/* one exact or re-ranked candidate */
-typedef struct SearchResult
-{
-    double      distance;
-    uint64      heapid;
-} SearchResult;
 
 /* ------------------------------------------------------------ helpers */
 
-/* (distance, heap id) ascending, NaN after every number (float8 order). */
+/* (distance, heap id) ascending, NaN last (gpuivf.h) */
 static inline bool
 ResultLess(double da, uint64 ia, double db, uint64 ib)
 {
-    bool        nan_a = std::isnan(da);
-    bool        nan_b = std::isnan(db);
-
-    if (nan_a != nan_b)
-        return nan_b;
-    if (!nan_a && da != db)
-        return da < db;
-    return ia < ib;
+    return GpuivfCompareDistanceId(da, ia, db, ib) < 0;
 }
 
 /* Sorts results by (distance, heap id), NaN last (std::sort: no allocation,
  * no exceptions with this comparator). */
 static void
-SortResults(SearchResult *r, int n)
+SortResults(GpuivfResult *r, int n)
 {
-    std::sort(r, r + n, [](const SearchResult &a, const SearchResult &b) {
-        return ResultLess(a.distance, a.heapid, b.distance, b.heapid);
-    });
+    std::sort(r, r + n, GpuivfResultLess);
 }
 
 /* Bounded max-heap of the k best results (exact mode). */
 static void
-HeapPush(SearchResult *heap, int *size, int k, double distance, uint64 heapid)
+HeapPush(GpuivfResult *heap, int *size, int k, double distance, uint64 heapid)
 {
     int         i;
 
@@ -124,7 +109,7 @@ HeapPush(SearchResult *heap, int *size, int k, double distance, uint64 heapid)
 /* Copies the hits of results[0..n) (sorted) into a palloc'd array of the
  * caller's context, at most k. */
 static GpuivfHit *
-MakeHits(MemoryContext caller, const SearchResult *results, int n, int k, int *nhits)
+MakeHits(MemoryContext caller, const GpuivfResult *results, int n, int k, int *nhits)
 {
     int         m = Min(n, k);
     GpuivfHit  *hits = (GpuivfHit *) MemoryContextAlloc(caller, sizeof(GpuivfHit) * Max(m, 1));
@@ -150,12 +135,12 @@ SearchExact(Relation index, SearchScratch *s, const GpuivfQuery *queries, const 
 {
     BlockNumber nblocks = RelationGetNumberOfBlocks(index);
     BufferAccessStrategy bas = GetAccessStrategy(BAS_BULKREAD);
-    SearchResult **heaps = (SearchResult **) palloc(sizeof(SearchResult *) * nexact);
+    GpuivfResult **heaps = (GpuivfResult **) palloc(sizeof(GpuivfResult *) * nexact);
     int        *sizes = (int *) palloc0(sizeof(int) * nexact);
     int         dims = s->dims;
 
     for (int j = 0; j < nexact; j++)
-        heaps[j] = (SearchResult *) palloc(sizeof(SearchResult) * queries[which[j]].k);
+        heaps[j] = (GpuivfResult *) palloc(sizeof(GpuivfResult) * queries[which[j]].k);
 
     for (BlockNumber blkno = GPUIVF_METAPAGE_BLKNO + 1; blkno < nblocks; blkno++)
     {
@@ -400,7 +385,7 @@ SearchIvf(Relation index, SearchScratch *s, const GpuivfQuery *queries, const in
         for (int j = 0; j < nivf; j++)
         {
             int         qi = which[j];
-            SearchResult *res = (SearchResult *) palloc(sizeof(SearchResult) * Max(topk[j].size, 1));
+            GpuivfResult *res = (GpuivfResult *) palloc(sizeof(GpuivfResult) * Max(topk[j].size, 1));
 
             for (int i = 0; i < topk[j].size; i++)
             {
@@ -416,7 +401,7 @@ SearchIvf(Relation index, SearchScratch *s, const GpuivfQuery *queries, const in
     {
         int64       nitems = 0;
         RerankItem *items;
-        SearchResult **res = (SearchResult **) palloc(sizeof(SearchResult *) * nivf);
+        GpuivfResult **res = (GpuivfResult **) palloc(sizeof(GpuivfResult *) * nivf);
         int        *nres = (int *) palloc0(sizeof(int) * nivf);
         int64       i = 0;
         int64      *gstart;
@@ -426,7 +411,7 @@ SearchIvf(Relation index, SearchScratch *s, const GpuivfQuery *queries, const in
         for (int j = 0; j < nivf; j++)
         {
             nitems += topk[j].size;
-            res[j] = (SearchResult *) palloc(sizeof(SearchResult) * Max(topk[j].size, 1));
+            res[j] = (GpuivfResult *) palloc(sizeof(GpuivfResult) * Max(topk[j].size, 1));
         }
         items = (RerankItem *) MemoryContextAllocHuge(s->ctx, sizeof(RerankItem) * Max(nitems, 1));
         nitems = 0;
@@ -478,7 +463,7 @@ SearchIvf(Relation index, SearchScratch *s, const GpuivfQuery *queries, const in
                 OffsetNumber off = (OffsetNumber) (items[i].entry & 0xFFFF);
                 GpuivfVectorTuple *vt = GpuivfPageVectorTuple(index, page, blkno, off, dims);
                 int         j = items[i].query;
-                SearchResult *r;
+                GpuivfResult *r;
 
                 /* gone meanwhile (VACUUM freed it after we read the list) */
                 if (vt == NULL)
@@ -552,8 +537,7 @@ GpuivfSearchBatchCpu(Relation index, int nq, const GpuivfQuery *queries,
     }
     if (nivf > 0)
     {
-        s.page_capacity = (int) (GPUIVF_PAGE_CAPACITY /
-                                 (sizeof(ItemIdData) + GPUIVF_LIST_ENTRY_SIZE(s.code_size)));
+        s.page_capacity = GPUIVF_LIST_PAGE_CAPACITY(s.code_size);
         s.page_codes = (uint8 *) palloc((Size) s.code_size * s.page_capacity + 1);
         s.page_ids = (uint64 *) palloc(sizeof(uint64) * s.page_capacity);
         SearchIvf(index, &s, queries, ivf_which, nivf, caller, hits, nhits, &reranked);

@@ -28,6 +28,42 @@ GpuivfCheckDevice(void)
 }
 
 /*
+ * The queries listed in which[0..n), answered together by the GPU worker
+ * (on_gpu) or the CPU path, their hits put back in hits[] and nhits[] at
+ * their places; *st: that engine call's statistics.  False when the worker
+ * declined (then nothing was put back).
+ */
+static bool
+SearchSubset(Relation index, bool on_gpu, const int *which, int n, const GpuivfQuery *queries,
+             GpuivfHit **hits, int *nhits, GpuivfSearchStats *st, const GpuivfMetaPageData *meta)
+{
+    GpuivfQuery *sub = (GpuivfQuery *) palloc(sizeof(GpuivfQuery) * n);
+    GpuivfHit **subhits = (GpuivfHit **) palloc0(sizeof(GpuivfHit *) * n);
+    int        *subn = (int *) palloc0(sizeof(int) * n);
+    bool        answered = true;
+
+    for (int i = 0; i < n; i++)
+        sub[i] = queries[which[i]];
+    memset(st, 0, sizeof(*st));
+    if (on_gpu)
+        answered = GpuivfWorkerSearch(index, n, sub, subhits, subn, st, meta);
+    else
+        GpuivfSearchBatchCpu(index, n, sub, subhits, subn, st, meta);
+    if (answered)
+    {
+        for (int i = 0; i < n; i++)
+        {
+            hits[which[i]] = subhits[i];
+            nhits[which[i]] = subn[i];
+        }
+    }
+    pfree(sub);
+    pfree(subhits);
+    pfree(subn);
+    return answered;
+}
+
+/*
  * Answers nq queries of one index (search.h): on the GPU worker when
  * gpuivf.device is not cpu and a worker is up, else on the CPU.  Every
  * query's vector must have the index's dims (the callers check it).
@@ -97,56 +133,27 @@ GpuivfSearchBatch(Relation index, int nq, const GpuivfQuery *queries,
 
     if (ngpu > 0)
     {
-        GpuivfQuery *sub = (GpuivfQuery *) palloc(sizeof(GpuivfQuery) * ngpu);
-        GpuivfHit **subhits = (GpuivfHit **) palloc0(sizeof(GpuivfHit *) * ngpu);
-        int        *subn = (int *) palloc0(sizeof(int) * ngpu);
         GpuivfSearchStats st;
 
-        for (int i = 0; i < ngpu; i++)
-            sub[i] = queries[gpu_which[i]];
-        memset(&st, 0, sizeof(st));
         /* false: the CPU answers (auto; counted inside), gpu has raised */
-        if (GpuivfWorkerSearch(index, ngpu, sub, subhits, subn, &st, &meta))
-        {
-            for (int i = 0; i < ngpu; i++)
-            {
-                hits[gpu_which[i]] = subhits[i];
-                nhits[gpu_which[i]] = subn[i];
-            }
+        if (SearchSubset(index, true, gpu_which, ngpu, queries, hits, nhits, &st, &meta))
             *stats = st;
-        }
         else
         {
             for (int i = 0; i < ngpu; i++)
                 cpu_which[ncpu++] = gpu_which[i];
         }
-        pfree(sub);
-        pfree(subhits);
-        pfree(subn);
     }
 
     if (ncpu == nq)
         GpuivfSearchBatchCpu(index, nq, queries, hits, nhits, stats, &meta);
     else if (ncpu > 0)
     {
-        GpuivfQuery *sub = (GpuivfQuery *) palloc(sizeof(GpuivfQuery) * ncpu);
-        GpuivfHit **subhits = (GpuivfHit **) palloc0(sizeof(GpuivfHit *) * ncpu);
-        int        *subn = (int *) palloc0(sizeof(int) * ncpu);
         GpuivfSearchStats st;
 
-        for (int i = 0; i < ncpu; i++)
-            sub[i] = queries[cpu_which[i]];
-        GpuivfSearchBatchCpu(index, ncpu, sub, subhits, subn, &st, &meta);
-        for (int i = 0; i < ncpu; i++)
-        {
-            hits[cpu_which[i]] = subhits[i];
-            nhits[cpu_which[i]] = subn[i];
-        }
+        SearchSubset(index, false, cpu_which, ncpu, queries, hits, nhits, &st, &meta);
         stats->reranked += st.reranked;
         stats->batch_size = Max(stats->batch_size, ncpu);
-        pfree(sub);
-        pfree(subhits);
-        pfree(subn);
     }
     pfree(gpu_which);
     pfree(cpu_which);

@@ -12,52 +12,21 @@
 
 /* The round-1 query of a scan that needs `hint` rows (search.h). */
 int
-GpuivfMakeQuery(const GpuivfMetaPageData *meta, int64 hint, double filter_sel,
+GpuivfMakeQuery(Relation index, const GpuivfMetaPageData *meta, int64 hint, double filter_sel,
                 const float4 *vector, GpuivfQuery *query)
 {
     int         candidates = Max(gpuivf_rerank_candidates, 1);
-    bool        trained = GpuivfMetaIsTrained(meta) && meta->lists > 0;
-    int         lists = trained ? (int) meta->lists : 0;
     int         k;
-    int         nprobe;
-    int         source;
+    GpuivfProbeChoice probes;
 
     k = hint > 0 ? (int) Min(hint, (int64) gpuivf::kMaxK) : Min(candidates, gpuivf::kMaxK);
-    if (!trained)
-    {
-        nprobe = 0;
-        source = GPUIVF_PROBES_UNTRAINED;
-    }
-    else if (gpuivf_probes > 0)
-    {
-        nprobe = gpuivf_probes;
-        source = GPUIVF_PROBES_SETTING;
-    }
-    else
-    {
-        bool        from_curve = false;
-
-        nprobe = GpuivfProbesForScan(meta, k, &from_curve);
-        source = from_curve ? GPUIVF_PROBES_CURVE : GPUIVF_PROBES_AUTO;
-
-        /*
-         * The nearest rows that pass a filter of selectivity s are about the
-         * k/s nearest rows of all, which lie in more lists than the k
-         * nearest: probe 1/sqrt(s) times as many (a measured compromise:
-         * 1% filters reach recall@10 ~0.9 where the unraised probes gave
-         * ~0.7).  An explicit gpuivf.probes is taken as it is.
-         */
-        if (filter_sel > 0 && filter_sel < 1)
-            nprobe = (int) Min((double) lists, ceil(nprobe / sqrt(filter_sel)));
-    }
-    if (trained)
-        nprobe = Min(Max(nprobe, 1), lists);
+    GpuivfChooseProbes(index, meta, k, filter_sel, true, &probes);
 
     query->vector = vector;
     query->k = k;
-    query->nprobe = nprobe;
+    query->nprobe = probes.nprobe;
     query->rerank = GpuivfMetaStoresVectors(meta) ? Min(Max(k, candidates), gpuivf::kMaxK) : 0;
-    return source;
+    return probes.source;
 }
 
 /*

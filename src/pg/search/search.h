@@ -16,27 +16,41 @@
 
 /* ------------------------------------------------------------ probes.cpp */
 
-/* the number of lists probed when gpuivf.probes = 0
- * and the index has no tuned curve (GpuivfProbesForScan) */
-int         GpuivfAutoProbes(int lists);
-/* the number of lists a scan probes in its first round */
-int         GpuivfScanProbes(int lists);
-/* where a scan's nprobe came from (EXPLAIN "Probes") */
+/* where a query's nprobe came from (EXPLAIN "Probes From") */
 #define GPUIVF_PROBES_UNTRAINED 0   /* no lists: exact */
 #define GPUIVF_PROBES_SETTING   1   /* gpuivf.probes */
 #define GPUIVF_PROBES_AUTO      2   /* ceil(sqrt(lists)) */
 #define GPUIVF_PROBES_CURVE     3   /* the curve tuned at ANALYZE */
-/* The nprobe a scan uses when gpuivf.probes = 0: the curve's choice for
- * gpuivf.target_recall (GpuivfCurveProbes; *from_curve = true; a target the
- * curve cannot reach gives its best point and a NOTICE once per backend and
- * curve), else GpuivfAutoProbes(lists).  k: rows the query wants (0 =
- * unknown; the curve is measured at k = 10 and used for any k). */
-int         GpuivfProbesForScan(const GpuivfMetaPageData *meta, int k, bool *from_curve);
+
+typedef struct GpuivfProbeChoice
+{
+    int         nprobe;         /* lists to probe: 0 untrained (exact), else 1..lists */
+    int         source;         /* GPUIVF_PROBES_* */
+    double      target;         /* the recall target in force */
+    int         curve_nprobe;   /* the curve's choice for target; 0: no curve */
+    bool        target_reached; /* the curve meets target at curve_nprobe */
+} GpuivfProbeChoice;
+
+/*
+ * How many lists a query of index (meta: its metapage as the caller read
+ * it) probes: the one place that decides it.  gpuivf.probes when set (taken as it is); else the
+ * curve's choice for gpuivf.target_recall (GpuivfCurveProbes: a target the
+ * curve cannot reach gives its best point, and with notice a NOTICE once
+ * per backend and curve), else ceil(sqrt(lists)), either raised by
+ * 1/sqrt(filter_sel) for a filter of selectivity filter_sel (1 = none);
+ * always within [1, lists] (0 for an untrained index).  k: rows the query
+ * wants (0 = unknown; the curve is measured at k = 10 and used for any k).
+ */
+void        GpuivfChooseProbes(Relation index, const GpuivfMetaPageData *meta, int k,
+                               double filter_sel, bool notice, GpuivfProbeChoice *choice);
 /* The curve's choice for target, without side effects: the smallest
  * measured nprobe meeting it with 95% confidence (recall - 1.645 standard
  * errors >= target; *reached = true), else the point with the best recall
  * (*reached = false).  0 when the metapage has no curve. */
 int         GpuivfCurveProbes(const GpuivfMetaPageData *meta, double target, bool *reached);
+/* The name of a GPUIVF_PROBES_* source in EXPLAIN, or (json) in
+ * gpuivf_index_info */
+const char *GpuivfProbeSourceName(int source, bool json);
 
 /* -------------------------------------------- dispatch.cpp, round_one.cpp */
 /* dispatch.cpp: hits[i] is palloc'd, sorted best first, nhits[i] <= k.
@@ -51,13 +65,12 @@ void        GpuivfSearchBatch(Relation index, int nq, const GpuivfQuery *queries
 /* dispatch.cpp: gpuivf.device = gpu without a worker is an error */
 void        GpuivfCheckDevice(void);
 
-/* round_one.cpp: the round-1 query of a scan that needs `hint` rows
- * (0 = unknown) of which a fraction filter_sel (1 = no filter) passes the
- * scan's filter: k = hint (or gpuivf.rerank_candidates), nprobe from
- * gpuivf.probes, or from the tuned curve / automatic rule raised by
- * 1/sqrt(filter_sel), rerank = max(k, gpuivf.rerank_candidates) when the
+/* round_one.cpp: the round-1 query of a scan of index that needs `hint`
+ * rows (0 = unknown) of which a fraction filter_sel (1 = no filter) passes
+ * the scan's filter: k = hint (or gpuivf.rerank_candidates), nprobe from
+ * GpuivfChooseProbes, rerank = max(k, gpuivf.rerank_candidates) when the
  * index stores vectors.  Returns a GPUIVF_PROBES_* source. */
-int         GpuivfMakeQuery(const GpuivfMetaPageData *meta, int64 hint, double filter_sel,
+int         GpuivfMakeQuery(Relation index, const GpuivfMetaPageData *meta, int64 hint, double filter_sel,
                             const float4 *vector, GpuivfQuery *query);
 /* Rows to ask of round 1 when `rows` must pass a filter of selectivity sel
  * (1 = no filter) */

@@ -14,6 +14,25 @@
 #include "utils/memutils.h"
 #include "utils/rel.h"
 
+/* The engine's view of an index's model: meta's shape over the arrays. */
+gpuivf::IvfPqModel
+GpuivfModelOf(const GpuivfMetaPageData *meta, const float *centroids, const float *centroid_norms,
+              const float *codebook)
+{
+    gpuivf::IvfPqModel model;
+
+    memset(&model, 0, sizeof(model));
+    model.metric = (gpuivf::Metric) meta->metric;
+    model.d = (int) meta->dims;
+    model.nlist = (int) meta->lists;
+    model.m = (int) meta->pq_m;
+    model.nbits = (int) meta->pq_bits;
+    model.centroids = centroids;
+    model.centroid_norms = centroid_norms;
+    model.codebook = codebook;
+    return model;
+}
+
 /* Copy the metapage out under a share lock and check its format. */
 void
 GpuivfReadMeta(Relation index, GpuivfMetaPageData *meta)
@@ -145,7 +164,7 @@ LoadIndexState(Relation index, const GpuivfMetaPageData *meta)
     if (GpuivfMetaIsTrained(meta))
     {
         ncentroid = (Size) meta->lists * meta->dims;
-        ncodebook = (Size) meta->pq_m * ((Size) 1 << meta->pq_bits) * (meta->dims / meta->pq_m);
+        ncodebook = GpuivfCodebookFloats((int) meta->dims, meta->pq_m, meta->pq_bits);
     }
     total = MAXALIGN(sizeof(GpuivfIndexState)) + MAXALIGN(FloatBytes(ncentroid)) +
         MAXALIGN(FloatBytes(meta->lists)) + MAXALIGN(FloatBytes(ncodebook));
@@ -168,14 +187,7 @@ LoadIndexState(Relation index, const GpuivfMetaPageData *meta)
                            GPUIVF_PAGE_CODEBOOK, st->codebook, FloatBytes(ncodebook));
         gpuivf::row_norms(st->centroids, meta->lists, meta->dims, st->centroid_norms);
     }
-    st->model.metric = (gpuivf::Metric) meta->metric;
-    st->model.d = (int) meta->dims;
-    st->model.nlist = (int) meta->lists;
-    st->model.m = (int) meta->pq_m;
-    st->model.nbits = (int) meta->pq_bits;
-    st->model.centroids = st->centroids;
-    st->model.centroid_norms = st->centroid_norms;
-    st->model.codebook = st->codebook;
+    st->model = GpuivfModelOf(meta, st->centroids, st->centroid_norms, st->codebook);
     return st;
 }
 

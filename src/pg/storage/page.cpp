@@ -115,11 +115,18 @@ ReportBadPage(Relation index, BlockNumber blkno, uint16 expected)
 
 /* --------------------------------------------------- reading raw arrays */
 
-/* Copy a raw array (centroids, codebooks, directory) out of npages
- * consecutive pages of page_type, one share lock at a time. */
-void
-GpuivfReadRawPages(Relation index, BlockNumber start, uint32 npages, uint16 page_type,
-                   void *data, Size bytes)
+/*
+ * Copies a raw array (centroids, codebooks, directory) out of npages
+ * consecutive pages of page_type, one share lock at a time, reading each
+ * page through read_page (ReadBuffer for a backend; the GPU worker, which
+ * has no Relation, reads by relfilenode).  Returns InvalidBlockNumber, or
+ * the first block that is not such a page holding its part of the array
+ * (start + npages when the pages end too early): the caller raises its
+ * corruption error.  No buffer is locked or pinned on return.
+ */
+BlockNumber
+GpuivfCopyRawPages(GpuivfReadPageFn read_page, const void *arg, BlockNumber start,
+                   uint32 npages, uint16 page_type, void *data, Size bytes)
 {
     char       *out = (char *) data;
     Size        left = bytes;
@@ -127,7 +134,7 @@ GpuivfReadRawPages(Relation index, BlockNumber start, uint32 npages, uint16 page
     for (uint32 i = 0; i < npages && left > 0; i++)
     {
         BlockNumber blkno = start + i;
-        Buffer      buf = ReadBuffer(index, blkno);
+        Buffer      buf = read_page(arg, blkno);
         Page        page;
         Size        chunk = Min(left, (Size) GPUIVF_PAGE_CAPACITY);
 
@@ -137,19 +144,38 @@ GpuivfReadRawPages(Relation index, BlockNumber start, uint32 npages, uint16 page
             ((PageHeader) page)->pd_lower < MAXALIGN(SizeOfPageHeaderData) + chunk)
         {
             UnlockReleaseBuffer(buf);
-            ReportBadPage(index, blkno, page_type);
+            return blkno;
         }
         memcpy(out, PageGetContents(page), chunk);
         UnlockReleaseBuffer(buf);
         out += chunk;
         left -= chunk;
     }
-    if (left > 0)
+    return left > 0 ? start + npages : InvalidBlockNumber;
+}
+
+static Buffer
+ReadRelationPage(const void *arg, BlockNumber blkno)
+{
+    return ReadBuffer((Relation) arg, blkno);
+}
+
+/* GpuivfCopyRawPages of index, raising the corruption error. */
+void
+GpuivfReadRawPages(Relation index, BlockNumber start, uint32 npages, uint16 page_type,
+                   void *data, Size bytes)
+{
+    BlockNumber bad = GpuivfCopyRawPages(ReadRelationPage, index, start, npages, page_type,
+                                         data, bytes);
+
+    if (bad == start + npages)
         ereport(ERROR,
                 (errcode(ERRCODE_INDEX_CORRUPTED),
                  errmsg("gpuivf index \"%s\" has too few pages of type %d",
                         RelationGetRelationName(index), (int) page_type),
                  errhint("Rebuild the index with REINDEX.")));
+    if (bad != InvalidBlockNumber)
+        ReportBadPage(index, bad, page_type);
 }
 
 /* Copy one list's directory entry (share lock on its directory page). */
@@ -603,28 +629,25 @@ GpuivfBadPage(Relation index, BlockNumber blkno, const char *expected)
 }
 
 /*
- * Copies the live entries of list page blkno (under a share lock) into ids[]
- * and codes[] (room for capacity entries of code_size bytes); returns how
- * many and sets *next to the next page of the chain.
+ * Decodes the live entries of a list page (locked by the caller) into ids[]
+ * (the entries' TIDs as engine ids) and codes[] (code_size bytes each, room
+ * for capacity entries): the one reader of list entries for every search
+ * (scans, GpuivfSearchBatch, calibration, the GPU worker's copies).  Returns
+ * NULL and sets *n, or the kind of page that was expected ("list",
+ * "well-formed list") when the page is not one: the caller raises its
+ * corruption error (the worker, which has no Relation, raises its own).
  */
-int
-GpuivfReadListPage(Relation index, BlockNumber blkno, int code_size, int capacity,
-                   uint64 *ids, uint8 *codes, BlockNumber *next)
+const char *
+GpuivfDecodeListPage(Page page, int code_size, int capacity, uint64 *ids, uint8 *codes, int *n)
 {
-    Buffer      buf;
-    Page        page;
     OffsetNumber maxoff;
-    int         n = 0;
 
-    buf = ReadBufferExtended(index, MAIN_FORKNUM, blkno, RBM_NORMAL, NULL);
-    LockBuffer(buf, BUFFER_LOCK_SHARE);
-    page = BufferGetPage(buf);
+    *n = 0;
     if (!GpuivfPageIsType(page, GPUIVF_PAGE_LIST))
-        GpuivfBadPage(index, blkno, "list");
-
+        return "list";
     maxoff = PageGetMaxOffsetNumber(page);
     if (maxoff > capacity)
-        GpuivfBadPage(index, blkno, "well-formed list");
+        return "well-formed list";
     for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off = OffsetNumberNext(off))
     {
         ItemId      iid = PageGetItemId(page, off);
@@ -633,12 +656,36 @@ GpuivfReadListPage(Relation index, BlockNumber blkno, int code_size, int capacit
         if (!ItemIdIsNormal(iid))
             continue;
         if (ItemIdGetLength(iid) < offsetof(GpuivfListEntry, code) + code_size)
-            GpuivfBadPage(index, blkno, "well-formed list");
+            return "well-formed list";
         entry = (GpuivfListEntry *) PageGetItem(page, iid);
-        ids[n] = GpuivfTidToId(&entry->tid);
-        memcpy(codes + (size_t) n * code_size, entry->code, code_size);
-        n++;
+        ids[*n] = GpuivfTidToId(&entry->tid);
+        memcpy(codes + (size_t) *n * code_size, entry->code, code_size);
+        (*n)++;
     }
+    return NULL;
+}
+
+/*
+ * Copies the live entries of list page blkno (under a share lock) into ids[]
+ * and codes[] (room for capacity entries of code_size bytes); returns how
+ * many and sets *next to the next page of the chain.  A page that is not a
+ * well-formed list page raises the corruption error.
+ */
+int
+GpuivfReadListPage(Relation index, BlockNumber blkno, int code_size, int capacity,
+                   uint64 *ids, uint8 *codes, BlockNumber *next)
+{
+    Buffer      buf;
+    Page        page;
+    const char *bad;
+    int         n;
+
+    buf = ReadBufferExtended(index, MAIN_FORKNUM, blkno, RBM_NORMAL, NULL);
+    LockBuffer(buf, BUFFER_LOCK_SHARE);
+    page = BufferGetPage(buf);
+    bad = GpuivfDecodeListPage(page, code_size, capacity, ids, codes, &n);
+    if (bad != NULL)
+        GpuivfBadPage(index, blkno, bad);
     *next = GpuivfPageGetOpaque(page)->nextblkno;
     UnlockReleaseBuffer(buf);
     return n;

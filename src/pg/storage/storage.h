@@ -34,6 +34,9 @@ void        GpuivfCheckFormat(Relation index, const GpuivfMetaPageData *meta);
  * call it again at every amgettuple/aminsert, never keep the pointer across
  * calls.  meta is re-read from the metapage on every call. */
 GpuivfIndexState *GpuivfGetIndexState(Relation index);
+/* The engine's model of meta's shape over the given arrays */
+gpuivf::IvfPqModel GpuivfModelOf(const GpuivfMetaPageData *meta, const float *centroids,
+                                 const float *centroid_norms, const float *codebook);
 
 /* meta.cpp */
 void        GpuivfCheckMaxDims(int dims);   /* 54000 above gpuivf::kMaxDims */
@@ -46,6 +49,10 @@ void        GpuivfInitPage(Page page, uint16 page_type);
 void        GpuivfInitRegisterPage(GenericXLogState *state, Buffer buf, uint16 page_type, Page *page);
 void        GpuivfWriteRawPages(Relation index, ForkNumber forknum, uint16 page_type,
                                 const void *data, Size bytes, BlockNumber *start, uint32 *npages);
+/* reads block blkno of the index arg names (pinned, unlocked) */
+typedef Buffer (*GpuivfReadPageFn) (const void *arg, BlockNumber blkno);
+BlockNumber GpuivfCopyRawPages(GpuivfReadPageFn read_page, const void *arg, BlockNumber start,
+                               uint32 npages, uint16 page_type, void *data, Size bytes);
 void        GpuivfReadRawPages(Relation index, BlockNumber start, uint32 npages, uint16 page_type,
                                void *data, Size bytes);
 GpuivfListDirEntry GpuivfReadDirEntry(Relation index, const GpuivfMetaPageData *meta, int list);
@@ -112,6 +119,8 @@ void        GpuivfLogCalibration(Relation index, Buffer metabuf, const GpuivfMet
 
 /* page.cpp: reading pages (scan, batch search) */
 void        GpuivfBadPage(Relation index, BlockNumber blkno, const char *expected);  /* ERROR */
+const char *GpuivfDecodeListPage(Page page, int code_size, int capacity, uint64 *ids,
+                                 uint8 *codes, int *n);   /* NULL, or what was expected */
 int         GpuivfReadListPage(Relation index, BlockNumber blkno, int code_size, int capacity,
                                uint64 *ids, uint8 *codes, BlockNumber *next);
 GpuivfVectorTuple *GpuivfPageVectorTuple(Relation index, Page page, BlockNumber blkno,

@@ -218,7 +218,7 @@ GpuivfEstimateGpuBytes(const GpuivfMetaPageData *meta, int nshards)
         per += 4.0 * meta->dims;
     return (int64) ((double) meta->vectors * per * 1.25 / Max(nshards, 1)) +
         (int64) meta->lists * meta->dims * 4 +
-        (int64) meta->pq_m * (1 << meta->pq_bits) * (meta->dims / Max(meta->pq_m, 1)) * 4;
+        (int64) GpuivfCodebookFloats((int) meta->dims, meta->pq_m, meta->pq_bits) * 4;
 }
 
 /*
@@ -355,8 +355,7 @@ GpuivfEncodePayloadLayout(const GpuivfEncodeHeader *h, int dims)
     l.centroids_off = off;
     off += MAXALIGN(sizeof(float4) * (Size) h->lists * dims);
     l.codebook_off = off;
-    off += MAXALIGN(sizeof(float4) * (Size) h->pq_m * ((Size) 1 << h->pq_bits) *
-                    (dims / Max(h->pq_m, 1)));
+    off += MAXALIGN(sizeof(float4) * GpuivfCodebookFloats(dims, h->pq_m, h->pq_bits));
     l.raw_off = 0;
     l.lists_off = MAXALIGN(sizeof(float4) * (Size) h->cap * dims);
     l.codes_off = l.lists_off + MAXALIGN(sizeof(int32) * (Size) h->cap);

@@ -41,12 +41,6 @@ BuildRequest(Relation index, dsm_segment *seg, int kind, int metric, int dims,
     return true;
 }
 
-static Size
-CodebookFloats(int dims, int pq_m, int pq_bits)
-{
-    return (Size) pq_m * ((Size) 1 << pq_bits) * (dims / pq_m);
-}
-
 /*
  * CREATE INDEX: k-means and PQ training of n sample vectors (prepared
  * space) on the GPU worker; centroids (lists x dims) and codebook out.
@@ -57,7 +51,7 @@ GpuivfWorkerTrain(Relation index, gpuivf::Metric metric, const float *sample, in
 {
     Size        xb = sizeof(float) * (Size) n * dims;
     Size        cb = sizeof(float) * (Size) lists * dims;
-    Size        bb = sizeof(float) * CodebookFloats(dims, pq_m, pq_bits);
+    Size        bb = sizeof(float) * GpuivfCodebookFloats(dims, pq_m, pq_bits);
     dsm_segment *seg;
     char       *base;
     int64       args[4] = {n, lists, pq_m, pq_bits};
@@ -169,7 +163,7 @@ GpuivfWorkerEncodeBegin(const gpuivf::IvfPqModel &model, int64 batch_cap)
     memcpy(base, &h, sizeof(h));
     memcpy(base + l.centroids_off, model.centroids, sizeof(float) * (Size) model.nlist * model.d);
     memcpy(base + l.codebook_off, model.codebook,
-           sizeof(float) * CodebookFloats(model.d, model.m, model.nbits));
+           sizeof(float) * GpuivfCodebookFloats(model.d, model.m, model.nbits));
     RegisterPendingCallbacks();
     job = (GpuivfEncodeJob *) palloc0(sizeof(GpuivfEncodeJob));
     job->seg = seg;

@@ -244,40 +244,17 @@ typedef struct ShardHit
     double      dist;           /* exact distance (= adc without re-rank) */
 } ShardHit;
 
-/* a < b for distances, NaN after every number (as the engines rank it) */
-static int
-CompareDistance(double a, double b)
-{
-    bool        an = a != a;    /* NaN */
-    bool        bn = b != b;
-
-    if (an || bn)
-        return an == bn ? 0 : (an ? 1 : -1);
-    return a < b ? -1 : (a > b ? 1 : 0);
-}
-
-/* (distance, id) order: ties broken by the smaller id */
-static int
-CompareDistanceThenId(double da, uint64 ia, double db, uint64 ib)
-{
-    int         c = CompareDistance(da, db);
-
-    if (c != 0)
-        return c;
-    return ia < ib ? -1 : (ia > ib ? 1 : 0);
-}
-
 /* (ADC distance, id) and (exact distance, id) orders of shard candidates */
 static bool
 AdcBefore(const ShardHit &x, const ShardHit &y)
 {
-    return CompareDistanceThenId(x.adc, x.id, y.adc, y.id) < 0;
+    return GpuivfCompareDistanceId(x.adc, x.id, y.adc, y.id) < 0;
 }
 
 static bool
 DistanceBefore(const ShardHit &x, const ShardHit &y)
 {
-    return CompareDistanceThenId(x.dist, x.id, y.dist, y.id) < 0;
+    return GpuivfCompareDistanceId(x.dist, x.id, y.dist, y.id) < 0;
 }
 
 /*

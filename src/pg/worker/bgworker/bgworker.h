@@ -10,29 +10,35 @@
 
 #include "gpuivf.h"
 #include "worker/protocol.h"
-/* engine.cpp: the engine, loaded in the worker only */
+/*
+ * engine.cpp: the engine, loaded in the worker only.  The functions of the
+ * engine's C API the worker calls, listed once: the table's members and the
+ * names LoadEngine resolves with dlsym both come from this list.
+ */
+#define GPUIVF_CUDA_FUNCTIONS(X) \
+    X(gpuivf_cuda_device_count) \
+    X(gpuivf_cuda_resources_create) \
+    X(gpuivf_cuda_set_cancel_hook) \
+    X(gpuivf_cuda_get_device_info) \
+    X(gpuivf_cuda_ivfpq_train) \
+    X(gpuivf_cuda_ivfpq_encode) \
+    X(gpuivf_cuda_kmeans_default_params) \
+    X(gpuivf_cuda_index_create) \
+    X(gpuivf_cuda_index_destroy) \
+    X(gpuivf_cuda_index_add_encoded) \
+    X(gpuivf_cuda_index_remove) \
+    X(gpuivf_cuda_index_get_stats) \
+    X(gpuivf_cuda_index_search) \
+    X(gpuivf_cuda_index_search_async) \
+    X(gpuivf_cuda_search_done) \
+    X(gpuivf_cuda_search_wait) \
+    X(gpuivf_cuda_exact_knn)
+
 typedef struct GpuivfCudaApi
 {
-#define GPUIVF_CUDA_FN(name) decltype(&::name) name
-    GPUIVF_CUDA_FN(gpuivf_cuda_device_count);
-    GPUIVF_CUDA_FN(gpuivf_cuda_resources_create);
-    GPUIVF_CUDA_FN(gpuivf_cuda_resources_destroy);
-    GPUIVF_CUDA_FN(gpuivf_cuda_set_cancel_hook);
-    GPUIVF_CUDA_FN(gpuivf_cuda_get_device_info);
-    GPUIVF_CUDA_FN(gpuivf_cuda_ivfpq_train);
-    GPUIVF_CUDA_FN(gpuivf_cuda_ivfpq_encode);
-    GPUIVF_CUDA_FN(gpuivf_cuda_kmeans_default_params);
-    GPUIVF_CUDA_FN(gpuivf_cuda_index_create);
-    GPUIVF_CUDA_FN(gpuivf_cuda_index_destroy);
-    GPUIVF_CUDA_FN(gpuivf_cuda_index_add_encoded);
-    GPUIVF_CUDA_FN(gpuivf_cuda_index_remove);
-    GPUIVF_CUDA_FN(gpuivf_cuda_index_get_stats);
-    GPUIVF_CUDA_FN(gpuivf_cuda_index_search);
-    GPUIVF_CUDA_FN(gpuivf_cuda_index_search_async);
-    GPUIVF_CUDA_FN(gpuivf_cuda_search_done);
-    GPUIVF_CUDA_FN(gpuivf_cuda_search_wait);
-    GPUIVF_CUDA_FN(gpuivf_cuda_exact_knn);
-#undef GPUIVF_CUDA_FN
+#define GPUIVF_CUDA_MEMBER(name) decltype(&::name) name;
+    GPUIVF_CUDA_FUNCTIONS(GPUIVF_CUDA_MEMBER)
+#undef GPUIVF_CUDA_MEMBER
 } GpuivfCudaApi;
 
 extern GpuivfCudaApi GpuivfCuda;            /* valid in a READY worker */
@@ -61,7 +67,6 @@ typedef struct GpuivfCopyRef
     int64       entries;
 } GpuivfCopyRef;
 void        GpuivfGpuCacheInit(void);
-void        GpuivfGpuCacheReset(void);      /* drop everything (context lost) */
 GpuivfCopyRef GpuivfGetCopyFor(const GpuivfRequestSlot *req, uint64 generation);
 bool        GpuivfCopyIsCurrent(const GpuivfRequestSlot *req, uint64 generation);
 /* LOAD: the request's index's copy, brought up to the request's generation */

@@ -91,25 +91,8 @@ LoadEngine(char *why, Size whylen)
             return false; \
         } \
         GpuivfCuda.name = (decltype(GpuivfCuda.name)) fn; \
-    } while (0)
-    GPUIVF_RESOLVE(gpuivf_cuda_device_count);
-    GPUIVF_RESOLVE(gpuivf_cuda_resources_create);
-    GPUIVF_RESOLVE(gpuivf_cuda_resources_destroy);
-    GPUIVF_RESOLVE(gpuivf_cuda_set_cancel_hook);
-    GPUIVF_RESOLVE(gpuivf_cuda_get_device_info);
-    GPUIVF_RESOLVE(gpuivf_cuda_ivfpq_train);
-    GPUIVF_RESOLVE(gpuivf_cuda_ivfpq_encode);
-    GPUIVF_RESOLVE(gpuivf_cuda_kmeans_default_params);
-    GPUIVF_RESOLVE(gpuivf_cuda_index_create);
-    GPUIVF_RESOLVE(gpuivf_cuda_index_destroy);
-    GPUIVF_RESOLVE(gpuivf_cuda_index_add_encoded);
-    GPUIVF_RESOLVE(gpuivf_cuda_index_remove);
-    GPUIVF_RESOLVE(gpuivf_cuda_index_get_stats);
-    GPUIVF_RESOLVE(gpuivf_cuda_index_search);
-    GPUIVF_RESOLVE(gpuivf_cuda_index_search_async);
-    GPUIVF_RESOLVE(gpuivf_cuda_search_done);
-    GPUIVF_RESOLVE(gpuivf_cuda_search_wait);
-    GPUIVF_RESOLVE(gpuivf_cuda_exact_knn);
+    } while (0);
+    GPUIVF_CUDA_FUNCTIONS(GPUIVF_RESOLVE)
 #undef GPUIVF_RESOLVE
     return true;
 }

@@ -39,8 +39,8 @@
 #include "worker/protocol.h"
 #include "worker/bgworker/bgworker.h"
 #include "worker/bgworker/gpu_cache.h"
+#include "storage/storage.h"
 
-#include "utils/float.h"
 #include "utils/memutils.h"
 
 static GpuIndex Cache[GPUIVF_MAX_CACHED];
@@ -86,35 +86,21 @@ ReadMetaPage(const GpuIndex *ix, GpuivfMetaPageData *meta)
                         ix->indexoid)));
 }
 
+static Buffer
+ReadCopyPage(const void *arg, BlockNumber blkno)
+{
+    return ReadIndexPage((const GpuIndex *) arg, blkno);
+}
+
 /* A raw array (model, directory) from consecutive pages. */
 void
 ReadRawPages(const GpuIndex *ix, BlockNumber start, uint32 npages, uint16 type,
              void *data, Size bytes)
 {
-    char       *out = (char *) data;
-    Size        left = bytes;
+    BlockNumber bad = GpuivfCopyRawPages(ReadCopyPage, ix, start, npages, type, data, bytes);
 
-    for (uint32 i = 0; i < npages && left > 0; i++)
-    {
-        Buffer      buf = ReadIndexPage(ix, start + i);
-        Page        page;
-        Size        chunk = Min(left, (Size) GPUIVF_PAGE_CAPACITY);
-
-        LockBuffer(buf, BUFFER_LOCK_SHARE);
-        page = BufferGetPage(buf);
-        if (!GpuivfPageIsType(page, type) ||
-            ((PageHeader) page)->pd_lower < MAXALIGN(SizeOfPageHeaderData) + chunk)
-        {
-            UnlockReleaseBuffer(buf);
-            Corrupted(ix, start + i, "model or directory");
-        }
-        memcpy(out, PageGetContents(page), chunk);
-        UnlockReleaseBuffer(buf);
-        out += chunk;
-        left -= chunk;
-    }
-    if (left > 0)
-        Corrupted(ix, start, "model or directory");
+    if (bad != InvalidBlockNumber)
+        Corrupted(ix, bad == start + npages ? start : bad, "model or directory");
 }
 
 /* ------------------------------------------------------------- cache */
@@ -176,17 +162,6 @@ void
 GpuivfGpuCacheInit(void)
 {
     memset(Cache, 0, sizeof(Cache));
-}
-
-void
-GpuivfGpuCacheReset(void)
-{
-    for (int i = 0; i < GPUIVF_MAX_CACHED; i++)
-    {
-        DropCopy(&Cache[i]);
-        Cache[i].in_use = false;
-    }
-    PublishCache();
 }
 
 /* Evict the least recently used copy other than keep; false when none. */
@@ -256,7 +231,7 @@ static void
 CreateCopy(GpuIndex *ix, const GpuivfMetaPageData *meta)
 {
     Size        ncent = (Size) meta->lists * meta->dims;
-    Size        ncode = (Size) meta->pq_m * ((Size) 1 << meta->pq_bits) * (meta->dims / meta->pq_m);
+    Size        ncode = GpuivfCodebookFloats((int) meta->dims, meta->pq_m, meta->pq_bits);
     float      *centroids = (float *) palloc_extended(sizeof(float) * ncent, MCXT_ALLOC_HUGE);
     float      *codebook = (float *) palloc_extended(sizeof(float) * ncode, MCXT_ALLOC_HUGE);
     gpuivf_cuda_model model;

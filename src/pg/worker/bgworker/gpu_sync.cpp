@@ -9,6 +9,7 @@
 #include "worker/protocol.h"
 #include "worker/bgworker/bgworker.h"
 #include "worker/bgworker/gpu_cache.h"
+#include "storage/storage.h"
 
 /* ------------------------------------------------------------- walk */
 
@@ -63,7 +64,6 @@ WalkLists(GpuIndex *ix, const GpuivfMetaPageData *meta, bool use_lsn, Walk *wk)
     GpuivfListDirEntry *dir;
     int         new_pages = 0;
     int         code_size = meta->code_size;
-    Size        esize = offsetof(GpuivfListEntry, code) + code_size;
     BlockNumber guard = (BlockNumber) (meta->vectors + 2 * meta->lists + 1024);
 
     dir = (GpuivfListDirEntry *) palloc_extended(sizeof(GpuivfListDirEntry) * meta->lists,
@@ -109,26 +109,19 @@ WalkLists(GpuIndex *ix, const GpuivfMetaPageData *meta, bool use_lsn, Walk *wk)
             {
                 OffsetNumber maxoff = PageGetMaxOffsetNumber(page);
                 ChangedPage *cp = &wk->pages[wk->npages - 1];
+                const char *bad;
+                int         n;
 
                 WalkReserve(wk, maxoff);
-                for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off++)
+                bad = GpuivfDecodeListPage(page, code_size, maxoff, wk->tids + wk->n,
+                                           wk->codes + (Size) wk->n * code_size, &n);
+                if (bad != NULL)
                 {
-                    ItemId      iid = PageGetItemId(page, off);
-                    GpuivfListEntry *e;
-
-                    if (!ItemIdIsNormal(iid))
-                        continue;
-                    if (ItemIdGetLength(iid) < esize)
-                    {
-                        UnlockReleaseBuffer(buf);
-                        Corrupted(ix, blkno, "well-formed list");
-                    }
-                    e = (GpuivfListEntry *) PageGetItem(page, iid);
-                    wk->tids[wk->n] = GpuivfTidToId(&e->tid);
-                    memcpy(wk->codes + (Size) wk->n * code_size, e->code, code_size);
-                    wk->n++;
-                    cp->n++;
+                    UnlockReleaseBuffer(buf);
+                    Corrupted(ix, blkno, bad);
                 }
+                wk->n += n;
+                cp->n += n;
             }
             UnlockReleaseBuffer(buf);
             blkno = next;

@@ -76,15 +76,6 @@ CompareCandidates(const void *a, const void *b)
     return x->pos < y->pos ? -1 : (x->pos > y->pos ? 1 : 0);
 }
 
-static int
-CompareUint64(const void *a, const void *b)
-{
-    uint64      x = *(const uint64 *) a;
-    uint64      y = *(const uint64 *) b;
-
-    return x < y ? -1 : (x > y ? 1 : 0);
-}
-
 /*
  * Whether the n ids (UINT64_MAX ends them) hold one twice.  An index copy
  * may hold a heap TID twice while a load catches up with its reuse; that
@@ -108,7 +99,7 @@ HasDuplicateIds(const uint64 *ids, int n, uint64 *scratch)
         return false;
     }
     memcpy(scratch, ids, sizeof(uint64) * m);
-    qsort(scratch, m, sizeof(uint64), CompareUint64);
+    qsort(scratch, m, sizeof(uint64), GpuivfCompareUint64);
     for (int i = 1; i < m; i++)
         if (scratch[i] == scratch[i - 1])
             return true;
