@@ -1,4 +1,4 @@
--- ANALYZE measures the recall curve of a gpuivf index (issue 5): it is kept
+-- ANALYZE measures the recall curve of a gpuivf index: it is kept
 -- in the metapage, gpuivf_index_info shows it, and gpuivf.target_recall
 -- picks the nprobe from it.  Measured values depend on floating point, so
 -- this test shows properties of the curve, not its numbers.

@@ -84,7 +84,7 @@ CREATE FUNCTION gpuivf_verify(regclass, heapallindexed boolean DEFAULT false) RE
 COMMENT ON FUNCTION gpuivf_verify(regclass, boolean) IS
     'checks a gpuivf index for consistency; with heapallindexed, that every row is indexed once';
 
--- (worker helper, issue 4) the GPU workers: one row per worker, none when
+-- The GPU workers: one row per worker, none when
 -- gpuivf is not in shared_preload_libraries
 
 CREATE FUNCTION gpuivf_stat(

@@ -1,4 +1,4 @@
--- Planner integration (issue 6): the LIMIT reaches the scan, LATERAL kNN
+-- Planner integration: the LIMIT reaches the scan, LATERAL kNN
 -- joins run as batched searches with the nested loop's exact results,
 -- filtered kNN queries still return k rows, EXPLAIN shows what the engine
 -- did.

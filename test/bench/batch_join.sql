@@ -1,4 +1,4 @@
--- test/bench/batch_join.sql — the batched LATERAL kNN join (issue 6): the
+-- test/bench/batch_join.sql — the batched LATERAL kNN join: the
 -- same join with gpuivf.enable_batch_join on and off, on the devices asked,
 -- with a check that both return the same rows.  A benchmark, not a test:
 -- read the "Time:" lines and the EXPLAIN ANALYZE of the batched join.

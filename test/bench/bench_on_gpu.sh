@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# test/bench/run_device.sh — the benchmark (test/bench/run) at 1M rows on the
+# test/bench/bench_on_gpu.sh — the benchmark (test/bench/run) at 1M rows on the
 # GPU machine, with the GPU worker: gpuivf.device = gpu, 1/16/64 pgbench
 # clients, the batched kNN join; results, summary.md and plots in $OUT/bench.
 #
 # Builds nothing of gpuivf: it installs a gpuivf.so and gpuivf_gpu.so built on
 # the development machine, carried with PostgreSQL in a pgkit folder (see
-# ../shared/device/README.md), the same folder test/gpu/run_device.sh uses:
+# ../shared/device/README.md), the same folder test/gpu/worker_end_to_end.sh uses:
 #   KIT/pgkit.sh, KIT/pgkit.tar.xz, KIT/gpuivf.so, KIT/gpuivf_gpu.so, and
 #   optionally KIT/gpuivf_gen, KIT/gpuivf_gt (else compiled here with g++).
 #
 # On the device, from the repository root (as root; PostgreSQL runs as the
 # kit's user pgrun):
-#   bash test/bench/run_device.sh .device-worker
+#   bash test/bench/bench_on_gpu.sh .device-worker
 # Environment (defaults): ROWS (1000000), DIMS (128), QUERIES (1000),
 # CLIENTS (1,16,64), DEVICE (gpu; gpu,cpu measures both on the same index —
 # about twice the time), SECONDS_PER_POINT (4), OUT (/tmp/gpuivf-bench-device),
@@ -19,7 +19,7 @@
 # Extra arguments after KIT go to test/bench/run as they are.
 # Locally, as a dry run against the installed PostgreSQL and gpuivf:
 #   GPUIVF_LOCAL=1 ROWS=20000 DIMS=64 QUERIES=200 CLIENTS=1,4 SECONDS_PER_POINT=1 \
-#     bash test/bench/run_device.sh .device-worker
+#     bash test/bench/bench_on_gpu.sh .device-worker
 # Sized for the 10-minute command limit: about 5-7 minutes at 1M x 128 with
 # DEVICE=gpu (data and ground truth ~1 min, build, 11 knob values x 3 client
 # counts x 4 s of pgbench, recall passes, the join).

@@ -32,7 +32,7 @@
  *                                each query gets k rows of the index from a
  *                                list chosen by its bytes (wrong answers on
  *                                purpose).  A measurement, not a test hook:
- *                                test/gpu/run_device.sh's "instant" row is the
+ *                                test/gpu/worker_end_to_end.sh's "instant" row is the
  *                                worker path with a search that costs nothing
  */
 #include <algorithm>

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Helpers of test/gpu/run_device.sh (numpy only).
+"""Helpers of test/gpu/worker_end_to_end.sh (numpy only).
 
   gen OUTDIR ROWS DIMS NQ     clustered vectors as PostgreSQL binary COPY files:
                               OUTDIR/base.bin (id bigint, v real[]),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test/gpu/run_device.sh — the GPU worker, end to end, on a machine with a GPU.
+# test/gpu/worker_end_to_end.sh — the GPU worker, end to end, on a machine with a GPU.
 #
 # Builds nothing: it installs a gpuivf.so and gpuivf_gpu.so built on the
 # development machine (carried with PostgreSQL in a pgkit, see
@@ -36,10 +36,10 @@
 # for A/B runs of the worker's throughput.
 # It prints a summary table last and leaves logs in $OUT.
 #
-# On the device (from the repo root):  bash test/gpu/run_device.sh .device-worker
+# On the device (from the repo root):  bash test/gpu/worker_end_to_end.sh .device-worker
 #   where .device-worker/ holds pgkit.sh, pgkit.tar.xz, gpuivf.so, gpuivf_gpu.so.
 # Locally, as a dry run against an installed build and any engine:
-#   GPUIVF_LOCAL=1 PORT=5610 ENGINE=/path/to/gpuivf_fake_gpu.so bash test/gpu/run_device.sh
+#   GPUIVF_LOCAL=1 PORT=5610 ENGINE=/path/to/gpuivf_fake_gpu.so bash test/gpu/worker_end_to_end.sh
 set -u
 KIT=${1:-.device-worker}
 OUT=${OUT:-/tmp/gpuivf-device-out}

@@ -1,5 +1,5 @@
 
-# ANALYZE calibrates nprobe to a recall target (issue 5).  After ANALYZE,
+# ANALYZE calibrates nprobe to a recall target.  After ANALYZE,
 # queries with the default settings (gpuivf.probes = 0, target_recall 0.95)
 # must reach recall@10 >= 0.95 against exact results, on held-out queries
 # that were not part of the calibration sample (generated queries are drawn

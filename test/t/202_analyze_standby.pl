@@ -1,5 +1,5 @@
 
-# The recall curve ANALYZE stores (issue 5) is WAL-logged with the metapage:
+# The recall curve ANALYZE stores is WAL-logged with the metapage:
 # it survives a restart of the primary, and a streaming standby (replaying
 # with wal_consistency_checking) has the same curve and chooses the same
 # nprobe for each target, also after its own restart.  A curve measured

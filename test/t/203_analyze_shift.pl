@@ -1,5 +1,5 @@
 
-# The data moves (issue 5): an index trained and calibrated on one
+# The data moves: an index trained and calibrated on one
 # distribution receives as many rows again from a shifted one (other
 # clusters, every component offset).  ANALYZE measures the curve again, and
 # default queries (gpuivf.probes = 0, target 0.95) still reach recall@10 >=

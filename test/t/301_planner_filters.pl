@@ -1,5 +1,5 @@
 
-# Filtered kNN (issue 6): WHERE <predicate> ORDER BY v <-> q LIMIT k returns k
+# Filtered kNN: WHERE <predicate> ORDER BY v <-> q LIMIT k returns k
 # rows whenever k rows pass the filter, for filters keeping 1%, 10% and 50% of
 # the rows, through plain index scans and through the batched LATERAL join.
 # Recall@k against the exact filtered answer (a sequential scan of the same

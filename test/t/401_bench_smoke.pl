@@ -1,5 +1,5 @@
 
-# Smoke test of the benchmark (test/bench/run, issue 7): a --quick run at
+# Smoke test of the benchmark (test/bench/run): a --quick run at
 # tiny scale (3,000 x 16, 40 queries, 1 s pgbench points, 1 and 2 clients)
 # must finish and write outputs that parse: results.csv (header, one row per
 # knob value and client count, recall in [0, 1], QPS > 0), build.csv,
