@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "knn.h"
+#include "random.h"
 #include "train.h"
 #include "vectors.h"
 
@@ -24,35 +25,9 @@ namespace gpuivf_cuda {
 
 namespace {
 
-/* splitmix64: the host side's deterministic random numbers. */
-class HostRng {
-public:
-    explicit HostRng(uint64_t seed) : s_(seed) {}
-    uint64_t next() {
-        uint64_t z = (s_ += 0x9e3779b97f4a7c15ULL);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-        return z ^ (z >> 31);
-    }
-    uint64_t below(uint64_t bound) { return next() % bound; }
-
-private:
-    uint64_t s_;
-};
-
-/* count distinct sorted rows out of n (selection sampling). */
-std::vector<int64_t> sample_rows(int64_t n, int64_t count, HostRng &rng) {
-    std::vector<int64_t> rows;
-    rows.reserve(static_cast<size_t>(std::min(n, count)));
-    int64_t needed = count;
-    for (int64_t i = 0; i < n && needed > 0; i++) {
-        if (static_cast<int64_t>(rng.below(static_cast<uint64_t>(n - i))) < needed) {
-            rows.push_back(i);
-            needed--;
-        }
-    }
-    return rows;
-}
+/* The host side's deterministic random numbers (src/core/random.h). */
+using HostRng = gpuivf::SplitMix64;
+using gpuivf::sample_rows;
 
 /* out[i] = x[rows[i]] (cols floats starting at column col0 of a row of ld). */
 __global__ void gather_kernel(const float *x, int64_t ld, int col0, int cols, const int64_t *rows, int64_t count,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gpuivf_core.h"
+#include "random.h"
 
 namespace gpuivf {
 namespace detail {
@@ -22,26 +23,11 @@ Status canceled_status() noexcept;
 Status out_of_memory_status(const char *what) noexcept;
 Status internal_error_status(const char *what) noexcept;
 
-/*
- * Deterministic pseudo-random numbers (splitmix64 seeding xoshiro256**):
- * the same seed gives the same index on every platform, which the standard
- * library's distributions do not promise.
- */
-class Rng {
-public:
-    explicit Rng(uint64_t seed) noexcept;
-    uint64_t next() noexcept;
-    /* Uniform in [0, bound), bound > 0. */
-    uint64_t below(uint64_t bound) noexcept;
-    /* Uniform in [0, 1). */
-    double uniform() noexcept;
-
-private:
-    uint64_t s_[4];
-};
+/* The engine's deterministic random numbers (random.h): xoshiro256**. */
+using Rng = Xoshiro256;
 
 /* Row indices of a uniform sample of `count` rows out of n (sorted, so the
- * copied rows are read in memory order). */
+ * copied rows are read in memory order), drawn by Rng(seed). */
 std::vector<int64_t> sample_rows(int64_t n, int64_t count, uint64_t seed);
 
 /* Copy the listed rows of x into a contiguous array. */
