@@ -1,7 +1,9 @@
-// Shared helpers of the GPU engine's tests: the device check that skips
-// without a GPU, one resources object for the whole binary, random and
-// clustered data, poisoned outputs, the texmex readers, and a CPU reference
-// IVF-PQ search built from src/core's functions.
+// Helpers of the GPU engine's tests, on top of the unit tests' own
+// (test/unit/test_util.h: random data, the texmex readers and siftsmall, an
+// IVF-PQ model trained with src/core): the device check that skips without
+// a GPU, one resources object for the whole binary, clustered data,
+// poisoned outputs, and a CPU reference IVF-PQ search built from src/core's
+// functions.
 #ifndef GPUIVF_CUDA_TEST_UTIL_H
 #define GPUIVF_CUDA_TEST_UTIL_H
 
@@ -10,9 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <random>
 #include <string>
@@ -21,8 +21,15 @@
 
 #include "gpuivf_core.h"
 #include "gpuivf_cuda.h"
+#include "test_util.h"
 
 namespace gt {
+
+using gpuivf_test::data_dir;
+using gpuivf_test::load_siftsmall;
+using gpuivf_test::random_vectors;
+using gpuivf_test::read_vecs;
+using gpuivf_test::SiftSmall;
 
 // The resources of the whole test binary (null when there is no device).
 gpuivf_cuda_resources *gpu();
@@ -38,14 +45,6 @@ gpuivf_cuda_resources *gpu();
         gpuivf_cuda_status st_ = (expr);                                   \
         ASSERT_EQ(st_.code, GPUIVF_CUDA_OK) << #expr << ": " << st_.message; \
     } while (0)
-
-inline std::vector<float> random_vectors(int64_t n, int d, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-    std::mt19937 gen(seed);
-    std::uniform_real_distribution<float> u(lo, hi);
-    std::vector<float> x(static_cast<size_t>(n) * d);
-    for (float &v : x) v = u(gen);
-    return x;
-}
 
 // n points around `clusters` centres with a decaying spectrum (so IVF and PQ
 // behave like on real data rather than on isotropic noise).
@@ -76,68 +75,26 @@ inline void poison_nan(std::vector<double> &v) { std::memset(v.data(), 0xFF, v.s
 inline bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 inline bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
-// Where ../shared/data lives: $GPUIVF_DATA_DIR, else next to the checkout.
-inline std::string data_dir() {
-    if (const char *env = std::getenv("GPUIVF_DATA_DIR")) return env;
-    return std::string(GPUIVF_SOURCE_DIR) + "/../shared/data";
-}
-
-template <typename T>
-inline bool read_vecs(const std::string &path, std::vector<T> *out, int *dim, int64_t *rows) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return false;
-    out->clear();
-    *rows = 0;
-    int32_t d;
-    while (in.read(reinterpret_cast<char *>(&d), sizeof d)) {
-        *dim = d;
-        size_t old = out->size();
-        out->resize(old + d);
-        if (!in.read(reinterpret_cast<char *>(out->data() + old), sizeof(T) * d)) return false;
-        (*rows)++;
-    }
-    return *rows > 0;
-}
-
-// An IVF-PQ model trained with src/core on prepared vectors, the vectors'
-// lists and codes, and a CPU reference search over it.
-struct CpuIvfPq {
+// An IVF-PQ model trained with src/core on prepared vectors
+// (gpuivf_test::train_ivfpq), the vectors' lists and codes, and a CPU
+// reference search over it.
+struct CpuIvfPq : gpuivf_test::TrainedIvfPq {
     gpuivf::Metric metric;
     int d = 0, nlist = 0, m = 0, nbits = 8, code_size = 0;
-    std::vector<float> raw, prepared, centroids, norms, codebook;
-    std::vector<int32_t> lists;
-    std::vector<uint8_t> codes;
+    std::vector<float> raw;
     std::vector<uint64_t> ids;
-    gpuivf::IvfPqModel model;
     std::vector<std::vector<int64_t>> members; // rows of each list, in insertion order
 
     void train(gpuivf::Metric mt, const std::vector<float> &x, int dims, int nl, int pq_m, int bits) {
-        using namespace gpuivf;
         metric = mt;
         d = dims;
         nlist = nl;
         m = pq_m;
         nbits = bits;
-        code_size = pq_code_size(m, nbits);
+        code_size = gpuivf::pq_code_size(m, nbits);
         const int64_t n = static_cast<int64_t>(x.size()) / d;
         raw = x;
-        prepared.resize(x.size());
-        for (int64_t i = 0; i < n; i++) prepare_vector(mt, &x[i * d], &prepared[i * d], d);
-        centroids.resize(static_cast<size_t>(nlist) * d);
-        ASSERT_TRUE(ok(kmeans_train(prepared.data(), n, d, nlist, kmeans_default_params(), centroids.data(), nullptr)));
-        norms.resize(nlist);
-        row_norms(centroids.data(), nlist, d, norms.data());
-        lists.resize(n);
-        ASSERT_TRUE(ok(assign_nearest(centroids.data(), norms.data(), nlist, d, prepared.data(), n, lists.data(),
-                                      nullptr, nullptr)));
-        std::vector<float> residuals(prepared);
-        for (int64_t i = 0; i < n; i++)
-            for (int t = 0; t < d; t++) residuals[i * d + t] -= centroids[static_cast<size_t>(lists[i]) * d + t];
-        codebook.resize(static_cast<size_t>(m) * (1 << nbits) * (d / m));
-        ASSERT_TRUE(ok(pq_train(residuals.data(), n, d, m, nbits, 7, codebook.data(), nullptr)));
-        model = IvfPqModel{mt, d, nlist, m, nbits, centroids.data(), norms.data(), codebook.data()};
-        codes.resize(static_cast<size_t>(n) * code_size);
-        ASSERT_TRUE(ok(ivfpq_encode(model, prepared.data(), n, lists.data(), codes.data(), nullptr)));
+        gpuivf_test::train_ivfpq(mt, x.data(), n, d, nlist, m, nbits, this);
         ids.resize(n);
         for (int64_t i = 0; i < n; i++) ids[i] = static_cast<uint64_t>(i) * 7 + 3; // not row numbers
         rebuild_members(n);

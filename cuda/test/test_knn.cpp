@@ -76,15 +76,11 @@ TEST(ExactKnn, GemmScoresAreClose) {
 
 TEST(ExactKnn, SiftsmallGroundTruth) {
     REQUIRE_GPU();
-    std::vector<float> base, q;
-    std::vector<int32_t> gt_ids;
-    int d = 0, gd = 0;
-    int64_t n = 0, nq = 0, ng = 0;
-    const std::string dir = gt::data_dir() + "/siftsmall/";
-    if (!gt::read_vecs(dir + "siftsmall_base.fvecs", &base, &d, &n) ||
-        !gt::read_vecs(dir + "siftsmall_query.fvecs", &q, &d, &nq) ||
-        !gt::read_vecs(dir + "siftsmall_groundtruth.ivecs", &gt_ids, &gd, &ng))
-        GTEST_SKIP() << "skipped: siftsmall not found in " << dir;
+    gt::SiftSmall s;
+    if (!gt::load_siftsmall(&s)) GTEST_SKIP() << "skipped: siftsmall not found in " << gt::data_dir();
+    const std::vector<float> &base = s.base, &q = s.queries;
+    const int64_t n = s.n, nq = s.nq;
+    const int d = s.d;
     const int k = 100;
     std::vector<float> gv(nq * k);
     std::vector<uint64_t> gi(nq * k);
@@ -95,7 +91,7 @@ TEST(ExactKnn, SiftsmallGroundTruth) {
     int64_t same10 = 0, same = 0;
     for (int64_t i = 0; i < nq; i++)
         for (int j = 0; j < k; j++) {
-            const bool eq = gi[i * k + j] == static_cast<uint64_t>(gt_ids[i * gd + j]);
+            const bool eq = gi[i * k + j] == static_cast<uint64_t>(s.truth[i * s.truth_k + j]);
             same += eq;
             same10 += j < 10 && eq;
         }

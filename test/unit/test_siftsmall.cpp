@@ -9,31 +9,9 @@
 
 using namespace gpuivf;
 
-namespace {
-
-struct Sift {
-    std::vector<float> base, queries;
-    std::vector<int32_t> truth;
-    int d = 0, truth_k = 0;
-    int64_t n = 0, nq = 0;
-};
-
-// Loads siftsmall, or returns false (the caller skips with a message).
-bool load_sift(Sift *s) {
-    const std::string dir = gpuivf_test::data_dir() + "/siftsmall/";
-    int64_t nt = 0;
-    int dq = 0;
-    return gpuivf_test::read_vecs(dir + "siftsmall_base.fvecs", &s->base, &s->d, &s->n) &&
-           gpuivf_test::read_vecs(dir + "siftsmall_query.fvecs", &s->queries, &dq, &s->nq) &&
-           gpuivf_test::read_vecs(dir + "siftsmall_groundtruth.ivecs", &s->truth, &s->truth_k, &nt) &&
-           dq == s->d && nt == s->nq;
-}
-
 #define LOAD_SIFT_OR_SKIP(s)                                                   \
-    Sift s;                                                                    \
-    if (!load_sift(&s)) GTEST_SKIP() << "skipped: ../shared/data/siftsmall not found"
-
-}  // namespace
+    gpuivf_test::SiftSmall s;                                                  \
+    if (!gpuivf_test::load_siftsmall(&s)) GTEST_SKIP() << "skipped: ../shared/data/siftsmall not found"
 
 TEST(SiftSmall, ExactKnnReproducesOfficialGroundTruth) {
     LOAD_SIFT_OR_SKIP(s);

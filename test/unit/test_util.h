@@ -1,5 +1,7 @@
-// Shared helpers of the core unit tests: generated data, brute-force
-// references, the texmex file readers and where real data lives.
+// Shared helpers of the unit tests of both engines (test/unit for src/core,
+// cuda/test for the GPU engine, which adds its own in cuda_test_util.h):
+// generated data, brute-force references, the texmex file readers, where
+// real data lives, and an IVF-PQ model trained with src/core.
 #ifndef GPUIVF_TEST_UTIL_H
 #define GPUIVF_TEST_UTIL_H
 
@@ -26,10 +28,10 @@ inline void PrintTo(Metric m, std::ostream *os) { *os << metric_name(m); }
 
 namespace gpuivf_test {
 
-// n x d floats, uniform in [-1, 1).
-inline std::vector<float> random_vectors(int64_t n, int d, uint32_t seed) {
+// n x d floats, uniform in [lo, hi).
+inline std::vector<float> random_vectors(int64_t n, int d, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
     std::mt19937 gen(seed);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::uniform_real_distribution<float> u(lo, hi);
     std::vector<float> x(static_cast<size_t>(n) * d);
     for (float &v : x) v = u(gen);
     return x;
@@ -101,6 +103,25 @@ inline bool read_vecs(const std::string &path, std::vector<T> *out, int *dim, in
         (*rows)++;
     }
     return *rows > 0;
+}
+
+// siftsmall (SIFT10K) and its official ground truth (truth_k ids a query).
+struct SiftSmall {
+    std::vector<float> base, queries;
+    std::vector<int32_t> truth;
+    int d = 0, truth_k = 0;
+    int64_t n = 0, nq = 0;
+};
+
+// Loads siftsmall from data_dir(), or returns false (the caller skips the
+// test and says why).
+inline bool load_siftsmall(SiftSmall *s) {
+    const std::string dir = data_dir() + "/siftsmall/";
+    int64_t nt = 0;
+    int dq = 0;
+    return read_vecs(dir + "siftsmall_base.fvecs", &s->base, &s->d, &s->n) &&
+           read_vecs(dir + "siftsmall_query.fvecs", &s->queries, &dq, &s->nq) &&
+           read_vecs(dir + "siftsmall_groundtruth.ivecs", &s->truth, &s->truth_k, &nt) && dq == s->d && nt == s->nq;
 }
 
 // An IVF-PQ model trained with the core functions on prepared vectors, and
