@@ -462,6 +462,17 @@ int main(int argc, char **argv) {
                     R.add(std::string("worker_") + mode + "_b" + std::to_string(b) + "_us", ms * 1000.0);
                 }
             }
+            /* A lone call with fewer, longer scan blocks (min_probes_per_block) */
+            for (int mpb : {2, 4})
+                for (int64_t b : {1, 8}) {
+                    if (b > bmax) continue;
+                    gpuivf_cuda_search_params sp{k, nprobe, rr, GPUIVF_CUDA_LUT_PER_LIST, hk.data(), hnp.data()};
+                    sp.min_probes_per_block = mpb;
+                    const double ms = median_ms(quick ? 5 : 31, [&] {
+                        CHECK_GPU(gpuivf_cuda_index_search(res, ix, hq.data(), b, &sp, hd.data(), hi.data()));
+                    });
+                    R.add("worker_perlist_b" + std::to_string(b) + "_mpb" + std::to_string(mpb) + "_us", ms * 1000.0);
+                }
             /* The host's share of a call: the time the worker's thread spends
              * in gpuivf_cuda_index_search_async (staging, launches) before it
              * can go back to its queue. */
@@ -498,39 +509,47 @@ int main(int argc, char **argv) {
             }
             std::vector<std::vector<double>> sd(streams.size(), std::vector<double>(hd.size()));
             std::vector<std::vector<uint64_t>> si(streams.size(), std::vector<uint64_t>(hi.size()));
-            for (const char *mode : {"perlist", "perlist_r200", "auto_r200"}) {
+            /* mpb: the search params' min_probes_per_block (0: the default) */
+            auto throughput = [&](const char *mode, int ns, int64_t b, int mpb) {
                 const int lut = mode[0] == 'p' ? GPUIVF_CUDA_LUT_PER_LIST : GPUIVF_CUDA_LUT_AUTO;
                 const int rerank = std::strstr(mode, "r200") ? 200 : 40;
-                for (int ns : {2, 4, 8}) for (int64_t b : {4, 8, 16, 32}) {
-                    if (b > bmax) continue;
-                    gpuivf_cuda_search_params sp{k, nprobe, rerank, lut, hk.data(), hnp.data()};
-                    auto start = [&](int s, int64_t seq) {
-                        const int64_t q0 = (seq * b) % (bmax - b + 1);
-                        CHECK_GPU(gpuivf_cuda_index_search_async(streams[s], ix, hq.data() + q0 * d, b, &sp,
-                                                                 sd[s].data(), si[s].data()));
-                    };
-                    /* warm up: every stream records its graph once */
-                    for (int s = 0; s < ns; s++) {
-                        start(s, s);
-                        CHECK_GPU(gpuivf_cuda_search_wait(streams[s]));
-                    }
-                    int64_t seq = 0, answered = 0;
-                    for (int s = 0; s < ns; s++) start(s, seq++);
-                    const auto t0 = std::chrono::steady_clock::now();
-                    double el = 0.0;
-                    for (int s = 0;; s = (s + 1) % ns) {
-                        CHECK_GPU(gpuivf_cuda_search_wait(streams[s]));
-                        answered += b;
-                        el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-                        if (el > 0.3) break;
-                        start(s, seq++);
-                    }
-                    for (int s = 0; s < ns; s++) CHECK_GPU(gpuivf_cuda_search_wait(streams[s]));
-                    R.add(std::string("worker_tput_") + mode + "_s" + std::to_string(ns) + "_b" + std::to_string(b) +
-                              "_qps",
-                          answered / el);
+                gpuivf_cuda_search_params sp{k, nprobe, rerank, lut, hk.data(), hnp.data()};
+                sp.min_probes_per_block = mpb;
+                auto start = [&](int s, int64_t seq) {
+                    const int64_t q0 = (seq * b) % (bmax - b + 1);
+                    CHECK_GPU(gpuivf_cuda_index_search_async(streams[s], ix, hq.data() + q0 * d, b, &sp,
+                                                             sd[s].data(), si[s].data()));
+                };
+                /* warm up: every stream records its graph once */
+                for (int s = 0; s < ns; s++) {
+                    start(s, s);
+                    CHECK_GPU(gpuivf_cuda_search_wait(streams[s]));
                 }
-            }
+                int64_t seq = 0, answered = 0;
+                for (int s = 0; s < ns; s++) start(s, seq++);
+                const auto t0 = std::chrono::steady_clock::now();
+                double el = 0.0;
+                for (int s = 0;; s = (s + 1) % ns) {
+                    CHECK_GPU(gpuivf_cuda_search_wait(streams[s]));
+                    answered += b;
+                    el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                    if (el > 0.3) break;
+                    start(s, seq++);
+                }
+                for (int s = 0; s < ns; s++) CHECK_GPU(gpuivf_cuda_search_wait(streams[s]));
+                R.add(std::string("worker_tput_") + mode + "_s" + std::to_string(ns) + "_b" + std::to_string(b) +
+                          (mpb ? "_mpb" + std::to_string(mpb) : std::string()) + "_qps",
+                      answered / el);
+            };
+            for (const char *mode : {"perlist", "perlist_r200", "auto_r200"})
+                for (int ns : {2, 4, 8})
+                    for (int64_t b : {4, 8, 16, 32})
+                        if (b <= bmax) throughput(mode, ns, b, 0);
+            /* fewer, longer scan blocks: more throughput with many streams,
+             * more latency alone (gpuivf_cuda_search_params) */
+            for (int mpb : {2, 4})
+                for (int ns : {4, 8})
+                    if (8 <= bmax) throughput("perlist_r200", ns, 8, mpb);
             for (size_t s = 1; s < streams.size(); s++) CHECK_GPU(gpuivf_cuda_resources_destroy(streams[s]));
         }
 

@@ -23,8 +23,12 @@
  * engine looks at the pointer with cudaPointerGetAttributes and stages host
  * arrays through the arena), so a caller that never includes a CUDA header can
  * use the engine with plain malloc'd buffers, and a benchmark can keep
- * everything on the device.  All functions are synchronous: results are in
- * place when the function returns.
+ * everything on the device.
+ *
+ * Completion.  Every function is synchronous (its results are in place when
+ * it returns) except gpuivf_cuda_index_search_async, which starts a search
+ * on a resources object's stream and returns; gpuivf_cuda_search_done polls
+ * it and gpuivf_cuda_search_wait delivers its outputs.
  *
  * Threads.  A resources object and the indexes created with it must be used
  * by one thread at a time.
@@ -290,6 +294,11 @@ typedef struct gpuivf_cuda_search_params {
                                   the other outputs (host with host_arrays).  The GPU worker's
                                   shard merge needs both of a re-ranked entry's distances; one
                                   search gives them (asynchronously too) instead of two */
+    int32_t min_probes_per_block; /* 0 or 1: a query's probes are split over as many blocks as fill
+                                     the GPU, the lowest latency of a lone search; P > 1: at least P
+                                     probes a block, fewer and longer blocks, which can give more
+                                     throughput when many searches run at once on several
+                                     resources objects (same results either way) */
 } gpuivf_cuda_search_params;
 
 /*

@@ -4,9 +4,9 @@
  * thrown inside the engine gets past these functions.
  */
 #include <algorithm>
-#include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <vector>
 
@@ -22,18 +22,6 @@ using namespace gpuivf_cuda;
 
 namespace {
 
-gpuivf_cuda_status make_status(int32_t code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-gpuivf_cuda_status make_status(int32_t code, const char *fmt, ...) {
-    gpuivf_cuda_status s;
-    s.code = code;
-    va_list ap;
-    va_start(ap, fmt);
-    int len = std::vsnprintf(s.message, sizeof(s.message), fmt, ap);
-    va_end(ap);
-    if (len < 0) std::strcpy(s.message, "unknown error");
-    return s;
-}
-
 gpuivf_cuda_status ok_status() {
     gpuivf_cuda_status s;
     s.code = GPUIVF_CUDA_OK;
@@ -41,21 +29,29 @@ gpuivf_cuda_status ok_status() {
     return s;
 }
 
+gpuivf_cuda_status to_status(const Error &e) {
+    static_assert(sizeof(gpuivf_cuda_status::message) >= sizeof(Error::Message), "status messages are shorter");
+    gpuivf_cuda_status s;
+    s.code = e.code();
+    std::snprintf(s.message, sizeof(s.message), "%s", e.what());
+    return s;
+}
+
 #define API_BEGIN try {
-#define API_END                                                                           \
-    }                                                                                     \
-    catch (const Error &e) {                                                              \
-        return make_status(e.code(), "%s", e.what());                                     \
-    }                                                                                     \
-    catch (const std::bad_alloc &) {                                                      \
-        return make_status(GPUIVF_CUDA_OUT_OF_MEMORY, "out of host memory");              \
-    }                                                                                     \
-    catch (const std::exception &e) {                                                     \
-        return make_status(GPUIVF_CUDA_INTERNAL, "unexpected internal error: %s", e.what()); \
-    }                                                                                     \
-    catch (...) {                                                                         \
-        return make_status(GPUIVF_CUDA_INTERNAL, "unexpected internal error");            \
-    }                                                                                     \
+#define API_END                                                                                           \
+    }                                                                                                     \
+    catch (const Error &e) {                                                                              \
+        return to_status(e);                                                                              \
+    }                                                                                                     \
+    catch (const std::bad_alloc &) {                                                                      \
+        return to_status(Error(GPUIVF_CUDA_OUT_OF_MEMORY, "out of host memory"));                         \
+    }                                                                                                     \
+    catch (const std::exception &e) {                                                                     \
+        return to_status(Error(GPUIVF_CUDA_INTERNAL, "unexpected internal error: %s", e.what()));         \
+    }                                                                                                     \
+    catch (...) {                                                                                         \
+        return to_status(Error(GPUIVF_CUDA_INTERNAL, "unexpected internal error"));                       \
+    }                                                                                                     \
     return ok_status();
 
 Metric check_metric(int32_t metric) {
@@ -92,6 +88,13 @@ void check_model(const gpuivf_cuda_model *model) {
     GPUIVF_REQUIRE(model->centroids != nullptr && model->codebook != nullptr, "model arrays must not be null");
 }
 
+/* Release and free a resources object (null: nothing); never throws. */
+void destroy_resources(Resources *res) noexcept {
+    if (res == nullptr) return;
+    resources_release(*res);
+    delete res;
+}
+
 int64_t codebook_floats(int d, int m, int nbits) { return static_cast<int64_t>(m) * (1 << nbits) * (d / m); }
 
 }  // namespace
@@ -117,24 +120,15 @@ gpuivf_cuda_status gpuivf_cuda_resources_create(int32_t device, int64_t temp_byt
     GPUIVF_REQUIRE(out != nullptr, "out must not be null");
     GPUIVF_REQUIRE(temp_bytes >= 0, "temporary memory size must not be negative");
     *out = nullptr;
-    Resources *res = new Resources();
-    try {
-        resources_init(*res, device, temp_bytes);
-    } catch (...) {
-        resources_release(*res);
-        delete res;
-        throw;
-    }
-    *out = res;
+    std::unique_ptr<Resources, void (*)(Resources *)> res(new Resources(), destroy_resources);
+    resources_init(*res, device, temp_bytes);
+    *out = res.release();
     API_END
 }
 
 gpuivf_cuda_status gpuivf_cuda_resources_destroy(gpuivf_cuda_resources *res) noexcept {
-    API_BEGIN
-    if (res == nullptr) return ok_status();
-    resources_release(*res);
-    delete res;
-    API_END
+    destroy_resources(res);
+    return ok_status();
 }
 
 gpuivf_cuda_status gpuivf_cuda_set_cancel_hook(gpuivf_cuda_resources *res, gpuivf_cuda_cancel_fn fn,
@@ -177,13 +171,7 @@ gpuivf_cuda_status gpuivf_cuda_malloc(gpuivf_cuda_resources *res, int64_t bytes,
     check_res(res);
     GPUIVF_REQUIRE(ptr != nullptr && bytes >= 0, "invalid arguments to gpuivf_cuda_malloc");
     *ptr = nullptr;
-    cudaError_t err = cudaMalloc(ptr, static_cast<size_t>(std::max<int64_t>(bytes, 1)));
-    if (err != cudaSuccess) {
-        (void)cudaGetLastError();
-        *ptr = nullptr;
-        throw Error(GPUIVF_CUDA_OUT_OF_MEMORY, "out of device memory allocating %lld bytes",
-                    static_cast<long long>(bytes));
-    }
+    *ptr = device_malloc(static_cast<size_t>(bytes));
     API_END
 }
 
@@ -357,17 +345,12 @@ gpuivf_cuda_status gpuivf_cuda_index_create(gpuivf_cuda_resources *res, const gp
     check_model(model);
     GPUIVF_REQUIRE(out != nullptr, "out must not be null");
     *out = nullptr;
-    Index *ix = new Index();
-    try {
-        Input<float> cent(r, model->centroids, static_cast<int64_t>(model->nlist) * model->d);
-        Input<float> cb(r, model->codebook, codebook_floats(model->d, model->m, model->nbits));
-        index_init(r, *ix, static_cast<Metric>(model->metric), model->d, model->nlist, model->m, model->nbits,
-                   cent.get(), cb.get(), store_vectors != 0);
-    } catch (...) {
-        delete ix;
-        throw;
-    }
-    *out = ix;
+    std::unique_ptr<Index> ix(new Index());
+    Input<float> cent(r, model->centroids, static_cast<int64_t>(model->nlist) * model->d);
+    Input<float> cb(r, model->codebook, codebook_floats(model->d, model->m, model->nbits));
+    index_init(r, *ix, static_cast<Metric>(model->metric), model->d, model->nlist, model->m, model->nbits, cent.get(),
+               cb.get(), store_vectors != 0);
+    *out = ix.release();
     API_END
 }
 
@@ -498,6 +481,8 @@ gpuivf_cuda_status index_search_call(gpuivf_cuda_resources *res, gpuivf_cuda_ind
     GPUIVF_REQUIRE(p.rerank_candidates == 0 || index->store_vectors,
                    "re-ranking needs an index that stores vectors");
     GPUIVF_REQUIRE(p.lut_mode >= 0 && p.lut_mode <= 2, "unknown look-up table mode %d", p.lut_mode);
+    GPUIVF_REQUIRE(p.min_probes_per_block >= 0 && p.min_probes_per_block <= GPUIVF_CUDA_MAX_NPROBE,
+                   "probes a block %d is out of range 0..%d", p.min_probes_per_block, GPUIVF_CUDA_MAX_NPROBE);
     GPUIVF_REQUIRE(nq >= 0, "invalid query count");
     if (nq == 0) return ok_status();
     GPUIVF_REQUIRE(queries && out_distances && out_ids, "search arrays must not be null");
@@ -516,6 +501,7 @@ gpuivf_cuda_status index_search_call(gpuivf_cuda_resources *res, gpuivf_cuda_ind
     sp.nprobe = p.nprobe;
     sp.rerank = p.rerank_candidates;
     sp.lut_mode = p.lut_mode;
+    sp.min_probes_per_block = std::max(1, p.min_probes_per_block);
     if (p.query_k) {
         qk.resize(static_cast<size_t>(nq));
         copy_in(qk.data(), p.query_k);

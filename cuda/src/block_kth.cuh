@@ -28,9 +28,9 @@ struct KthShared {
  * (shared-memory atomics), the bin where the k-th falls found by one warp's
  * scan; it stops as soon as that bin holds exactly the keys still wanted,
  * usually after three or four bytes (the top bytes of scores of one query
- * are nearly all the same).  Three barriers a byte; the bisection over the
- * key range it replaced (session 8) needed one a bit of resolution and took
- * 1.5-2x the time in the scan and the re-rank (cuda/NOTES.md, session 9). */
+ * are nearly all the same).  Three barriers a byte; a bisection over the
+ * key range needs one a bit of resolution and took 1.5-2x the time in the
+ * scan and the re-rank (cuda/DESIGN.md). */
 __device__ __forceinline__ Key block_kth_key(const Key *keys, int n, int k, KthShared &ks, int warps) {
     const int lane = threadIdx.x & 31;
     const int threads = warps * 32;

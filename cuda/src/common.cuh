@@ -11,10 +11,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <exception>
-#if defined(GPUIVF_SCAN_PHASE_CLOCKS) || defined(GPUIVF_RESCORE_PHASE_CLOCKS)
 #include <cstdio>
-#endif
+#include <exception>
 
 #include "gpuivf_cuda.h"
 
@@ -28,10 +26,11 @@ public:
     Error(int32_t code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
     const char *what() const noexcept override { return message_; }
     int32_t code() const noexcept { return code_; }
+    using Message = char[256];
 
 private:
     int32_t code_;
-    char message_[256];
+    Message message_;
 };
 
 [[noreturn]] void throw_cuda_error(cudaError_t err, const char *what, const char *file, int line);
@@ -135,27 +134,37 @@ __device__ __forceinline__ void prefetch_l2(const void *p, size_t bytes) {
         asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
 }
 
-#if defined(GPUIVF_SCAN_PHASE_CLOCKS) || defined(GPUIVF_RESCORE_PHASE_CLOCKS)
-/* Phase clocks, a measurement knob (NOTES.md, cuda/bench/phase_clocks.sh):
- * a kernel built with its GPUIVF_*_PHASE_CLOCKS flag marks the ends of five
- * phases with clock64(), and one of its blocks prints the cycles of each as
- * "<label> c1 c2 c3 c4 c5".  A phase not marked (a branch not taken) counts
- * 0 and its time goes to the next one.  Without the flags kernels declare
- * none and their marks compile to nothing. */
+/*
+ * Phase clocks, for measurement only (cuda/bench/phase_clocks.sh): built
+ * with -DGPUIVF_PHASE_CLOCKS, the collecting scan and the re-rank mark the
+ * ends of five phases with clock64(), and one block of each prints the
+ * cycles of each phase as "<label> c1 c2 c3 c4 c5".  A phase not marked (a
+ * branch not taken) counts 0 and its time goes to the next one.  In a
+ * normal build the clocks are empty and every call compiles to nothing (the
+ * kernels' machine code is that of a build without them).
+ */
+#ifdef GPUIVF_PHASE_CLOCKS
 struct PhaseClocks {
     long long at[6];
-    __device__ __forceinline__ void start() {
+    __device__ __forceinline__ PhaseClocks() {
         at[0] = clock64();
         for (int i = 1; i < 6; i++) at[i] = at[0];
     }
+    /* the end of phase 0 .. 4 */
     __device__ __forceinline__ void mark(int phase) {
         at[phase + 1] = clock64();
         for (int i = phase + 2; i < 6; i++) at[i] = at[phase + 1];
     }
-    __device__ void print(const char *label) const {
+    /* by one thread of the block that reports */
+    __device__ __forceinline__ void print(const char *label) const {
         printf("%s %lld %lld %lld %lld %lld\n", label, at[1] - at[0], at[2] - at[1], at[3] - at[2], at[4] - at[3],
                at[5] - at[4]);
     }
+};
+#else
+struct PhaseClocks {
+    __device__ __forceinline__ void mark(int) {}
+    __device__ __forceinline__ void print(const char *) const {}
 };
 #endif
 
@@ -190,10 +199,7 @@ __device__ __forceinline__ Key bitonic_exchange_lanes(Key v, int i, int size, in
  */
 constexpr int kCoreLanes = 16;
 
-/* One thread, whole vectors (short ones: PQ sub-vectors, dsub <= 16 mostly).
- * Past the end a lane adds +0, which leaves it unchanged (an accumulator
- * that starts at +0 never becomes -0); selects instead of predicated stores
- * keep acc[] in registers. */
+/* The 16 lanes summed pairwise (width 8, 4, 2, 1). */
 __device__ __forceinline__ float core_lane_reduce(const float (&acc)[kCoreLanes]) {
     /* Written out: loops here get re-rolled into dynamic indexing. */
     const float a0 = __fadd_rn(acc[0], acc[8]), a1 = __fadd_rn(acc[1], acc[9]);
@@ -205,34 +211,33 @@ __device__ __forceinline__ float core_lane_reduce(const float (&acc)[kCoreLanes]
     return __fadd_rn(c0, c1);
 }
 
-__device__ __forceinline__ float core_l2_squared_serial(const float *a, const float *b, int d) {
+/* One thread, whole vectors (short ones: PQ sub-vectors, dsub <= 16
+ * mostly): term(in, i) of elements i = 0, 1, ... summed in the 16 lanes up
+ * to a multiple of 16, where `in` says whether element i exists.  Past the
+ * end term gives +0, which leaves a lane unchanged (an accumulator that
+ * starts at +0 never becomes -0); selects instead of predicated stores keep
+ * acc[] in registers. */
+template <typename Term>
+__device__ __forceinline__ float core_serial_sum(int d, Term term) {
     float acc[kCoreLanes];
 #pragma unroll
     for (int l = 0; l < kCoreLanes; l++) acc[l] = 0.0f;
     for (int i = 0; i < d; i += kCoreLanes) {
 #pragma unroll
-        for (int l = 0; l < kCoreLanes; l++) {
-            const bool in = i + l < d;
-            const float diff = in ? __fsub_rn(a[i + l], b[i + l]) : 0.0f;
-            acc[l] = __fadd_rn(acc[l], __fmul_rn(diff, diff));
-        }
+        for (int l = 0; l < kCoreLanes; l++) acc[l] = __fadd_rn(acc[l], term(i + l < d, i + l));
     }
     return core_lane_reduce(acc);
 }
 
+__device__ __forceinline__ float core_l2_squared_serial(const float *a, const float *b, int d) {
+    return core_serial_sum(d, [=](bool in, int i) {
+        const float diff = in ? __fsub_rn(a[i], b[i]) : 0.0f;
+        return __fmul_rn(diff, diff);
+    });
+}
+
 __device__ __forceinline__ float core_inner_product_serial(const float *a, const float *b, int d) {
-    float acc[kCoreLanes];
-#pragma unroll
-    for (int l = 0; l < kCoreLanes; l++) acc[l] = 0.0f;
-    for (int i = 0; i < d; i += kCoreLanes) {
-#pragma unroll
-        for (int l = 0; l < kCoreLanes; l++) {
-            const bool in = i + l < d;
-            const float prod = in ? __fmul_rn(a[i + l], b[i + l]) : 0.0f;
-            acc[l] = __fadd_rn(acc[l], prod);
-        }
-    }
-    return core_lane_reduce(acc);
+    return core_serial_sum(d, [=](bool in, int i) { return in ? __fmul_rn(a[i], b[i]) : 0.0f; });
 }
 
 /*

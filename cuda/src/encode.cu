@@ -40,6 +40,9 @@ __device__ __forceinline__ int nearest_codeword(const float *xp, const float *ce
                 acc = __fadd_rn(acc, __fmul_rn(diff, diff));
             }
         } else {
+            /* core_serial_sum of (x - c - cw)^2, written out: through that
+             * helper the compiler orders this kernel's instructions
+             * differently (same results) */
             float lanes[kCoreLanes];
 #pragma unroll
             for (int l = 0; l < kCoreLanes; l++) lanes[l] = 0.0f;
@@ -93,11 +96,6 @@ __global__ void __launch_bounds__(kEncodeThreads)
     codes[i * code_size + b] = byte;
 }
 
-__global__ void ids_to_lists_kernel(const uint64_t *ids, int64_t n, int32_t *lists) {
-    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i < n) lists[i] = ids[i] == UINT64_MAX ? 0 : static_cast<int32_t>(ids[i]);
-}
-
 }  // namespace
 
 void assign_lists(Resources &res, const ModelView &model, const float *xp, int64_t n, int32_t *lists) {
@@ -107,9 +105,8 @@ void assign_lists(Resources &res, const ModelView &model, const float *xp, int64
     KnnOptions o;
     o.exact_rescore = true;
     o.queries_prepared = true;
+    o.out_lists = lists; /* never -1: there is always a nearest list */
     exact_knn(res, Metric::L2, model.centroids, model.nlist, xp, n, model.d, 1, o, scores.data(), ids.data());
-    ids_to_lists_kernel<<<static_cast<unsigned>(ceil_div(n, 256)), 256, 0, res.stream>>>(ids.data(), n, lists);
-    GPUIVF_CUDA_CHECK_LAUNCH();
 }
 
 void pq_encode_with_lists(Resources &res, const ModelView &model, const float *xp, const int32_t *lists, int64_t n,

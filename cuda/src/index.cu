@@ -14,7 +14,9 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ uint4 *code_chunk(uint4 *codes, int chunks, uint32_t pos, int c) {
+/* Chunk c of the code at position pos (interleaved by 32: ivfpq_scan.cuh). */
+template <typename Chunk> /* uint4 or const uint4 */
+__device__ __forceinline__ Chunk *code_chunk(Chunk *codes, int chunks, uint32_t pos, int c) {
     return codes + (static_cast<size_t>(pos >> 5) * chunks + c) * 32 + (pos & 31u);
 }
 
@@ -180,7 +182,7 @@ __global__ void get_list_kernel(const uint4 *codes, const uint64_t *ids, uint32_
     if (out_ids) out_ids[i] = ids[pos];
     if (out_codes) {
         for (int c = 0; c < chunks; ++c) {
-            const uint4 v = codes[(static_cast<size_t>(pos >> 5) * chunks + c) * 32 + (pos & 31u)];
+            const uint4 v = *code_chunk(codes, chunks, pos, c);
             const uint32_t w[4] = {v.x, v.y, v.z, v.w};
             for (int b = 0; b < 16; ++b) {
                 const int idx = c * 16 + b;

@@ -80,6 +80,7 @@ struct SearchParams {
     int nprobe = 1;
     int rerank = 0;
     int lut_mode = 0;
+    int min_probes_per_block = 1;          /* gpuivf_cuda_search_params' */
     const int32_t *query_k = nullptr;      /* host, validated */
     const int32_t *query_nprobe = nullptr; /* host, validated */
     /* Device copies of the per-query arrays, when the caller staged them

@@ -215,34 +215,13 @@ __device__ __forceinline__ void build_list_lut(const IvfPqScanArgs &a, const flo
 }
 
 /* Blocks per multiprocessor the register budget is sized for: small queues
- * leave room for more resident warps (latency hiding for the code loads). */
-#ifndef GPUIVF_SCAN_MINBLOCKS_256
-#define GPUIVF_SCAN_MINBLOCKS_256 2
-#endif
-#ifndef GPUIVF_SCAN_COLLECT_MINBLOCKS
-#define GPUIVF_SCAN_COLLECT_MINBLOCKS 4
-#endif
-/* Measurement knob (NOTES.md): GPUIVF_SCAN_PHASE_CLOCKS prints, for block
- * (0, 0) of every collect scan, the cycles from its start to the end of the
- * prologue, of the table build, of the scan loop, of the final cut and of
- * the output. */
-#ifdef GPUIVF_SCAN_PHASE_CLOCKS
-#define GPUIVF_SCAN_CLOCK_START()                                                                                  \
-    PhaseClocks scan_clock;                                                                                        \
-    scan_clock.start()
-#define GPUIVF_SCAN_CLOCK(i) scan_clock.mark(i)
-#define GPUIVF_SCAN_CLOCK_PRINT()                                                                                  \
-    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) scan_clock.print("scan_phase_clocks")
-#else
-#define GPUIVF_SCAN_CLOCK_START() (void)0
-#define GPUIVF_SCAN_CLOCK(i) (void)0
-#define GPUIVF_SCAN_CLOCK_PRINT() (void)0
-#endif
-
+ * leave room for more resident warps (latency hiding for the code loads).
+ * Measured alternatives (DESIGN.md): the collecting scan at 2 (96
+ * registers) was slower, the WarpSelect scan at 3 for W = 128..256 the
+ * same within noise. */
 template <int W>
 struct ScanMinBlocks {
-    static constexpr int value = ivfpq_scan_collects(W) ? GPUIVF_SCAN_COLLECT_MINBLOCKS
-                                                        : (W <= 64 ? 4 : (W <= 256 ? GPUIVF_SCAN_MINBLOCKS_256 : 1));
+    static constexpr int value = ivfpq_scan_collects(W) ? 4 : (W <= 64 ? 4 : (W <= 256 ? 2 : 1));
 };
 
 /* Thread-queue slots per lane in the scan (shared memory is shared with the
@@ -257,14 +236,13 @@ struct ScanQueueLength {
  * block appends every code whose key beats its running bound to one shared
  * buffer, and when the buffer could overflow, and at the end, cuts it to
  * its k best: the k-th key by radix selection (block_kth.cuh), then the
- * keys at or below it.  Why: a block
- * of the GPU worker's
- * scan sees one list (~1,000 codes) for a query that keeps 200 candidates,
- * so each warp's WarpSelect queue never filled, never had a threshold, and
- * took every code through its thread queue, bitonic merges and the block
- * merge (measured, session 8: that selection was 35-45 % of the scan's
- * throughput at 200 candidates).  The result is the same: the k best keys,
- * ascending (or, for the re-rank, in any order with the run's bound).
+ * keys at or below it.  Why: a block of the GPU worker's scan sees one
+ * list (~1,000 codes) for a query that keeps 200 candidates, so each warp's
+ * WarpSelect queue never filled, never had a threshold, and took every code
+ * through its thread queue, bitonic merges and the block merge (measured:
+ * that selection was 35-45 % of the scan's throughput at 200 candidates,
+ * DESIGN.md).  The result is the same: the k best keys, ascending (or, for
+ * the re-rank, in any order with the run's bound).
  */
 
 /* Dynamic shared memory of the scan's selection (the host's
@@ -311,7 +289,7 @@ __device__ void collect_cut(const Key *buf, int n, int k, Key *out, CollectShare
 
 template <int W, int T, int kThreads>
 __global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_kernel(const IvfPqScanArgs a) {
-    GPUIVF_SCAN_CLOCK_START();
+    PhaseClocks clocks; /* measurement builds only (common.cuh) */
     constexpr int kWarps = kThreads / 32;
     constexpr bool kCollect = ivfpq_scan_collects(W);
     using WS = WarpSelect<W, T>;
@@ -348,11 +326,7 @@ __global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_
 
     for (int t = threadIdx.x; t < a.d; t += kThreads) qs[t] = a.queries[static_cast<int64_t>(q) * a.d + t];
     /* Padding sub-quantizers (code bytes that are always 0) score 0. */
-#if defined(GPUIVF_SCAN_PROBE_NO_LUT)
-    for (int i = threadIdx.x; i < lut_floats; i += kThreads) lut[i] = 0.0f;
-#else
     for (int i = a.m * a.ksub + threadIdx.x; i < lut_floats; i += kThreads) lut[i] = 0.0f;
-#endif
     if (threadIdx.x == 0) {
         block_threshold = kSentinelKey;
         cs.added[0] = cs.added[1] = cs.added[2] = 0;
@@ -373,7 +347,7 @@ __global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_
     }
     if (!list_lut && np > 0) build_query_lut(a, qs, lut, ip);
     __syncthreads();
-    GPUIVF_SCAN_CLOCK(0);
+    clocks.mark(0);
 
     WS ws;
     if constexpr (!kCollect) ws.init(k, queues + warp * WS::kSmemKeys, &block_threshold);
@@ -393,12 +367,6 @@ __global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_
             const float *c = a.centroids + static_cast<int64_t>(list) * a.d;
             for (int t = threadIdx.x; t < a.d; t += kThreads) rs[t] = __fsub_rn(qs[t], c[t]);
             __syncthreads();
-#if defined(GPUIVF_SCAN_PROBE_NO_LUT)
-            /* measurement knob (NOTES.md): the scan without its per-list
-             * table builds (wrong scores) */
-            if (true) {
-            } else
-#endif
             if (a.ksub == 256 && a.dsub == 4)
                 build_list_lut<4, kThreads>(a, rs, lut);
             else if (a.ksub == 256 && a.dsub == 2)
@@ -408,7 +376,7 @@ __global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_
             else
                 build_list_lut<0, kThreads>(a, rs, lut);
             __syncthreads();
-            GPUIVF_SCAN_CLOCK(1);
+            clocks.mark(1);
         }
         const int g0 = pstart[seg], g1 = pstart[seg_end];
         pi = seg;
@@ -440,19 +408,12 @@ __global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_
                 const float bias = pbias[pi];
                 score = term2 ? (bias + __ldg(term2 + pos)) + sum : bias + sum;
             }
-#if defined(GPUIVF_SCAN_PROBE_NO_SELECT)
-            /* measurement knob (NOTES.md): the scan without its selection
-             * (only a code scoring below -1e30 is offered: none) */
-            const bool offered = valid && score < -1e30f;
-#else
-            const bool offered = valid;
-#endif
             if constexpr (kCollect) {
-                collect_offer(offered, offered ? make_key(score, pos) : kSentinelKey, bound, collected, collected_n,
+                collect_offer(valid, valid ? make_key(score, pos) : kSentinelKey, bound, collected, collected_n,
                               &cs.added[step % 3]);
                 ++step;
             } else {
-                const bool pass = offered && ws.may_pass(score);
+                const bool pass = valid && ws.may_pass(score);
                 if (__any_sync(kFullMask, pass)) {
                     ws.reserve(1);
                     if (pass) ws.offer(score, pos);
@@ -462,7 +423,7 @@ __global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_
         }
     }
 
-    GPUIVF_SCAN_CLOCK(2);
+    clocks.mark(2);
     Key *o = a.out + (static_cast<int64_t>(q) * gridDim.x + split) * a.out_ld;
     Key *ob = a.out_bound ? a.out_bound + static_cast<int64_t>(q) * gridDim.x + split : nullptr;
     if constexpr (kCollect) {
@@ -478,7 +439,7 @@ __global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_
             sel = best;
             n = k;
         }
-        GPUIVF_SCAN_CLOCK(3);
+        clocks.mark(3);
         if (ob) {
             for (int i = threadIdx.x; i < n && i < a.out_count; i += kThreads) o[i] = sel[i];
             if (threadIdx.x == 0) *ob = run_bound;
@@ -491,8 +452,8 @@ __global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_
             }
         }
         for (int e = n + threadIdx.x; e < a.out_count; e += kThreads) o[e] = kSentinelKey;
-        GPUIVF_SCAN_CLOCK(4);
-        GPUIVF_SCAN_CLOCK_PRINT();
+        clocks.mark(4);
+        if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) clocks.print("scan_phase_clocks");
     } else {
         ws.flush();
         __syncthreads(); /* the table is dead: its memory holds the queue merge */

@@ -7,7 +7,7 @@
  * 32 lanes look up the same sub-quantizer's row of 256 floats at random
  * code bytes: the 32 addresses fall on random banks, so one warp-wide
  * look-up costs the most-loaded bank's count of distinct words, about 3.3
- * shared-memory wavefronts (NOTES.md).  That bound was the scan's ceiling.
+ * shared-memory wavefronts (DESIGN.md).  That bound was the scan's ceiling.
  *
  * How.  The table is stored transposed, entry (j, c) at c * 64 + j (in
  * slabs of 64 sub-quantizers), so that its bank is j mod 32 whatever the
@@ -35,13 +35,13 @@
  * instead of 32 KB of shared memory: three blocks per multiprocessor
  * instead of four).
  *
- * Two queries a block, four lanes a code (v8).  With m <= 32 the second
+ * Two queries a block, four lanes a code.  With m <= 32 the second
  * half of every row serves a second query, in a block of twice the warps:
  * 32 resident warps per multiprocessor instead of 24, registers capped at
  * 64.  There each code is scored by four lanes over a 64-code tile, so the
  * tile's fixed costs (locating it, the butterfly, the threshold refresh)
  * are shared by twice the codes; see the kQuad loop of the kernel.  Together:
- * 6.26 -> 4.72 ms for 10,000 queries on 1M codes (NOTES.md).
+ * 6.26 -> 4.72 ms for 10,000 queries on 1M codes (DESIGN.md).
  *
  * The code words of a round are two runs of 64 contiguous bytes (the
  * interleaved layout of index.h); the per-entry term is read coalesced.
@@ -97,8 +97,8 @@ struct Scan8Probe {
 };
 
 /* Where the scan is: a tile's probe, first position, codes in it, bias,
- * the first tile past its probe, and (GPUIVF_SCAN8_TERM_AHEAD) the per-entry
- * term of the code this lane will hold. */
+ * the first tile past its probe, and the per-entry term of the code this
+ * lane will hold (loaded a tile ahead, with the code words). */
 struct Scan8Tile {
     int probe;
     uint32_t base;
@@ -107,20 +107,6 @@ struct Scan8Tile {
     int end;
     float term;
 };
-
-/* A/B knobs (cuda/bench/ab.sh ivfpq; NOTES.md, v8): a tile found from the
- * previous one (1) or by a walk over the probes (0); the per-entry term
- * loaded a tile ahead with the code words (1) or when the sum is ready (0);
- * four lanes a code in the two-queries-a-block kernel (1) or eight (0). */
-#ifndef GPUIVF_SCAN8_CURSOR
-#define GPUIVF_SCAN8_CURSOR 1
-#endif
-#ifndef GPUIVF_SCAN8_TERM_AHEAD
-#define GPUIVF_SCAN8_TERM_AHEAD 1
-#endif
-#ifndef GPUIVF_SCAN8_QUAD
-#define GPUIVF_SCAN8_QUAD 1
-#endif
 
 /* A barrier of the threads that work on one query: the whole block when a
  * block holds one query; a named barrier (1 + h) of the query's warps when
@@ -150,7 +136,7 @@ struct QueryBarrier {
  * queues in memory of their own.  The column offset rides in the lane's
  * column byte: a look-up stays three instructions.
  *
- * Measured (NOTES.md, v8): a half that went on to further items (two
+ * Measured (DESIGN.md): a half that went on to further items (two
  * blocks per multiprocessor, items dealt round-robin) needed more than 64
  * registers and was 22 % slower than one item a half.
  */
@@ -161,7 +147,7 @@ __global__ void __launch_bounds__(kThreads, kQ == 1 ? Scan8MinBlocks<W>::value :
     constexpr int kQueryWarps = kWarps / kQ;
     constexpr int kQueryThreads = kQueryWarps * 32;
     /* four lanes a code, 64-code tiles (kQ = 2 only; the kQuad loop below) */
-    constexpr bool kQuad = kQ == 2 && GPUIVF_SCAN8_QUAD;
+    constexpr bool kQuad = kQ == 2;
     constexpr int kTileCodes = kQuad ? 64 : 32;
     using WS = WarpSelect<W, T>;
     extern __shared__ __align__(16) unsigned char scan_smem[];
@@ -286,7 +272,7 @@ __global__ void __launch_bounds__(kThreads, kQ == 1 ? Scan8MinBlocks<W>::value :
     /* the next tile of a warp: kQueryWarps tiles on in the same probe
      * (the common case: lists are ~1,000 codes), else found by locate */
     auto advance = [&](int next, const Scan8Tile &cs, Scan8Tile &ns) {
-        if (GPUIVF_SCAN8_CURSOR && next < cs.end) {
+        if (next < cs.end) {
             ns = cs;
             ns.base += static_cast<uint32_t>(kTileCodes * kQueryWarps);
             ns.nvalid -= kTileCodes * kQueryWarps;
@@ -300,7 +286,7 @@ __global__ void __launch_bounds__(kThreads, kQ == 1 ? Scan8MinBlocks<W>::value :
         return term2 ? (bias + term) + sum : bias + sum;
     };
     auto load_term = [&](Scan8Tile &st) {
-        if (GPUIVF_SCAN8_TERM_AHEAD && term2)
+        if (term2)
             st.term = held < st.nvalid ? __ldg(term2 + st.base + static_cast<uint32_t>(held)) : 0.0f;
     };
     /* word w of codes 4i + g (i = 0..7) of the tile at base: chunk w / 4,
@@ -363,8 +349,7 @@ __global__ void __launch_bounds__(kThreads, kQ == 1 ? Scan8MinBlocks<W>::value :
         const uint32_t pos = cs.base + static_cast<uint32_t>(held);
         float score = 0.0f;
         if (valid) {
-            const float term = GPUIVF_SCAN8_TERM_AHEAD ? cs.term : (term2 ? __ldg(term2 + pos) : 0.0f);
-            score = code_score(cs.bias, term, sum);
+            score = code_score(cs.bias, cs.term, sum);
         }
         const bool pass = valid && ws.may_pass(score);
         if (__any_sync(kFullMask, pass)) {

@@ -24,15 +24,6 @@
 #include "select.h"
 #include "vectors.h"
 
-/* A/B knobs (NOTES.md): the distance tile's rows and columns; 0 sizes the
- * tile from the arena. */
-#ifndef GPUIVF_KNN_TILE_ROWS
-#define GPUIVF_KNN_TILE_ROWS 0
-#endif
-#ifndef GPUIVF_KNN_TILE_COLS
-#define GPUIVF_KNN_TILE_COLS 0
-#endif
-
 namespace gpuivf_cuda {
 
 namespace {
@@ -218,20 +209,14 @@ __global__ void __launch_bounds__(kSortThreads) knn_small_sort_kernel(const Key 
     }
 }
 
+/* The shortlist kept for k: k, or k + max(k, 16) re-scored exactly (what
+ * src/core keeps too). */
+int knn_shortlist(int k, bool exact_rescore) { return exact_rescore ? std::min(kMaxK, k + std::max(k, 16)) : k; }
+
 __global__ void ids_to_lists_kernel(const uint64_t *ids, int64_t count, int32_t *lists) {
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i < count) lists[i] = ids[i] == UINT64_MAX ? -1 : static_cast<int32_t>(ids[i]);
 }
-
-}  // namespace
-
-int knn_shortlist(int k, int64_t n, bool exact_rescore) {
-    (void)n;
-    if (!exact_rescore) return k;
-    return std::min(kMaxK, k + std::max(k, 16));
-}
-
-namespace {
 
 /* exact_knn without opts.out_lists, except where the direct path writes
  * them (then it returns true). */
@@ -304,17 +289,18 @@ bool exact_knn_scores(Resources &res, Metric metric, const float *base, int64_t 
         gq = q_aug.data();
     }
 
-    const int ks = knn_shortlist(k, n, opts.exact_rescore);
+    const int ks = knn_shortlist(k, opts.exact_rescore);
     const int w = select_bucket(ks);
 
-    /* Tile sizes: two distance tiles take about two thirds of the free arena. */
+    /* Tile sizes: two distance tiles take about two thirds of the free
+     * arena.  Large tiles beat every smaller shape measured, also those
+     * that stay in L2 (DESIGN.md): the selection's restarts and the GEMM's
+     * efficiency cost more than the L2 saves. */
     const int64_t avail = static_cast<int64_t>(arena_available(res));
     const int64_t tile_floats = std::min<int64_t>(std::max<int64_t>(avail / 12, int64_t(1) << 20), int64_t(1) << 28);
     const int64_t qt0 = std::min<int64_t>(nq, 16384);
-    int64_t nt = std::min(round_up(n, 128), std::max<int64_t>(128, (tile_floats / qt0) / 128 * 128));
-    if (GPUIVF_KNN_TILE_COLS > 0) nt = std::min<int64_t>(round_up(n, 128), GPUIVF_KNN_TILE_COLS);
-    int64_t qt = std::min<int64_t>(std::min<int64_t>(nq, std::max<int64_t>(1, tile_floats / nt)), 1 << 20);
-    if (GPUIVF_KNN_TILE_ROWS > 0) qt = std::min<int64_t>(nq, GPUIVF_KNN_TILE_ROWS);
+    const int64_t nt = std::min(round_up(n, 128), std::max<int64_t>(128, (tile_floats / qt0) / 128 * 128));
+    const int64_t qt = std::min<int64_t>(std::min<int64_t>(nq, std::max<int64_t>(1, tile_floats / nt)), 1 << 20);
     const int64_t ldc = nt; /* a multiple of 4: rows stay 16-byte aligned */
 
     TempBuffer<float> tiles[2];

@@ -35,9 +35,6 @@ void exact_knn(Resources &res, Metric metric, const float *base, int64_t n, cons
 constexpr int64_t kKnnDirectMaxBase = 4096;
 constexpr int64_t kKnnDirectMaxQueries = 512;
 
-/* The shortlist length exact_knn keeps for k (what src/core keeps too). */
-int knn_shortlist(int k, int64_t n, bool exact_rescore);
-
 }  // namespace gpuivf_cuda
 
 #endif /* GPUIVF_CUDA_KNN_H */

@@ -48,23 +48,10 @@ __device__ __forceinline__ Key value_order(double v) {
     return (u >> 63) ? ~u : (u | (Key(1) << 63));
 }
 
-/* Measurement knob: GPUIVF_RESCORE_PHASE_CLOCKS prints block 0's cycles to
- * the survivors, to the candidates, to the distances, to the ranks, to the end. */
-#ifdef GPUIVF_RESCORE_PHASE_CLOCKS
-#define RESCORE_CLOCK_START()                                                                                      \
-    PhaseClocks rescore_clock;                                                                                     \
-    rescore_clock.start()
-#define RESCORE_CLOCK(i) rescore_clock.mark(i)
-#define RESCORE_CLOCK_PRINT()                                                                                      \
-    if (blockIdx.x == 0 && threadIdx.x == 0 && a.runs > 1) rescore_clock.print("rescore_phase_clocks")
-#else
-#define RESCORE_CLOCK_START() (void)0
-#define RESCORE_CLOCK(i) (void)0
-#define RESCORE_CLOCK_PRINT() (void)0
-#endif
-
 __global__ void __launch_bounds__(kMaxThreads) rescore_kernel(const RescoreArgs a) {
-    RESCORE_CLOCK_START();
+    /* phases (measurement builds only, common.cuh): to the survivors, to the
+     * candidates, to the distances, to the ranks, to the end */
+    PhaseClocks clocks;
     extern __shared__ Key run_survivors[]; /* a row of runs: its keys at or below the bound */
     __shared__ double vals[kMaxCandidates];
     __shared__ Key order[kMaxCandidates]; /* value_order(vals[e]) */
@@ -131,7 +118,7 @@ __global__ void __launch_bounds__(kMaxThreads) rescore_kernel(const RescoreArgs 
             if (slot >= 0) run_survivors[slot] = mine[j];
         }
         __syncthreads();
-        RESCORE_CLOCK(0);
+        clocks.mark(0);
         const int s = survivors;
         const Key t = s > kr ? block_kth_key(run_survivors, s, kr, kth, threads / 32) : kSentinelKey;
         const int got = s > kr ? kr : s; /* keys are distinct: exactly kr at or below t */
@@ -143,7 +130,7 @@ __global__ void __launch_bounds__(kMaxThreads) rescore_kernel(const RescoreArgs 
         for (int e = threadIdx.x; e < n; e += threads) place(e, a.keys[row * a.key_ld + e]);
     }
     __syncthreads();
-    RESCORE_CLOCK(1);
+    clocks.mark(1);
 
     if (rescores) {
         /* Half a warp per candidate; every lane runs the same trip count. */
@@ -211,7 +198,7 @@ __global__ void __launch_bounds__(kMaxThreads) rescore_kernel(const RescoreArgs 
             }
         }
         __syncthreads();
-        RESCORE_CLOCK(2);
+        clocks.mark(2);
     }
 
     const int k = a.row_k ? a.row_k[row] : a.k;
@@ -249,7 +236,7 @@ __global__ void __launch_bounds__(kMaxThreads) rescore_kernel(const RescoreArgs 
         atomicAdd(&rank[i], before);
     }
     __syncthreads();
-    RESCORE_CLOCK(3);
+    clocks.mark(3);
 
     const double inf = __longlong_as_double(0x7ff0000000000000ll);
     /* output slot e: value v, and adc, the ADC score when re-scored */
@@ -271,22 +258,16 @@ __global__ void __launch_bounds__(kMaxThreads) rescore_kernel(const RescoreArgs 
         }
     }
     for (int e = kept + threadIdx.x; e < a.out_ld; e += threads) put(e, inf, 0.0f, UINT64_MAX);
-    RESCORE_CLOCK(4);
-    RESCORE_CLOCK_PRINT();
+    clocks.mark(4);
+    if (blockIdx.x == 0 && threadIdx.x == 0 && a.runs > 1) clocks.print("rescore_phase_clocks");
 }
 
 }  // namespace
 
 bool rescore_takes_runs(const Resources &res, int runs, int candidates) {
-#ifdef GPUIVF_RESCORE_NO_RUNS
-    /* A/B knob (NOTES.md): runs merged by select_keys first */
-    (void)res, (void)runs, (void)candidates;
-    return false;
-#else
     const int64_t total = static_cast<int64_t>(runs) * candidates;
     return runs > 1 && candidates <= kMaxCandidates && total <= int64_t(kRunKeysPerThread) * kMaxThreads &&
            sizeof(Key) * static_cast<size_t>(total) + kStaticSmemBytes <= res.smem_optin;
-#endif
 }
 
 void rescore_and_sort(Resources &res, const RescoreArgs &a) {

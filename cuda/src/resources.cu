@@ -172,6 +172,16 @@ void *pinned_alloc(Resources &res, size_t bytes) noexcept {
 
 size_t arena_available(const Resources &res) noexcept { return res.arena_size - res.arena_top; }
 
+void *device_malloc(size_t bytes) {
+    void *p = nullptr;
+    const cudaError_t err = cudaMalloc(&p, bytes > 0 ? bytes : 1);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        throw Error(GPUIVF_CUDA_OUT_OF_MEMORY, "out of device memory allocating %zu bytes", bytes);
+    }
+    return p;
+}
+
 bool is_device_pointer(const void *p) {
     cudaPointerAttributes attr;
     cudaError_t err = cudaPointerGetAttributes(&attr, p);

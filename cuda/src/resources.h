@@ -73,13 +73,14 @@ struct gpuivf_cuda_resources {
         const void *index;
         uint64_t version;
         int64_t nq;
-        int32_t k, nprobe, rerank, lut_mode, kscan_max;
+        int32_t k, nprobe, rerank, lut_mode, kscan_max, min_probes_per_block;
         bool query_k, query_nprobe;
         bool adc; /* out_adc asked: the graph writes the ADC distances too */
         bool operator==(const SearchGraphKey &o) const {
             return index == o.index && version == o.version && nq == o.nq && k == o.k && nprobe == o.nprobe &&
                    rerank == o.rerank && lut_mode == o.lut_mode && kscan_max == o.kscan_max &&
-                   query_k == o.query_k && query_nprobe == o.query_nprobe && adc == o.adc;
+                   min_probes_per_block == o.min_probes_per_block && query_k == o.query_k &&
+                   query_nprobe == o.query_nprobe && adc == o.adc;
         }
     };
     struct SearchGraph {
@@ -130,6 +131,9 @@ void *pinned_alloc(Resources &res, size_t bytes) noexcept;
 /* True when kernels can read p directly (device or managed memory). */
 bool is_device_pointer(const void *p);
 
+/* cudaMalloc of at least one byte; throws Error(GPUIVF_CUDA_OUT_OF_MEMORY). */
+void *device_malloc(size_t bytes);
+
 /* Temporary device memory: from the arena when it fits, else cudaMalloc. */
 template <typename T>
 class TempBuffer {
@@ -155,11 +159,7 @@ public:
         from_arena_ = p != nullptr;
         if (!p) {
             res.arena_misses++;
-            cudaError_t err = cudaMalloc(&p, bytes);
-            if (err != cudaSuccess) {
-                (void)cudaGetLastError();
-                throw Error(GPUIVF_CUDA_OUT_OF_MEMORY, "out of device memory allocating %zu bytes", bytes);
-            }
+            p = device_malloc(bytes);
         }
         ptr_ = static_cast<T *>(p);
     }
@@ -207,14 +207,7 @@ public:
     void allocate(int64_t count) {
         release();
         if (count <= 0) return;
-        size_t bytes = static_cast<size_t>(count) * sizeof(T);
-        void *p = nullptr;
-        cudaError_t err = cudaMalloc(&p, bytes);
-        if (err != cudaSuccess) {
-            (void)cudaGetLastError();
-            throw Error(GPUIVF_CUDA_OUT_OF_MEMORY, "out of device memory allocating %zu bytes", bytes);
-        }
-        ptr_ = static_cast<T *>(p);
+        ptr_ = static_cast<T *>(device_malloc(static_cast<size_t>(count) * sizeof(T)));
         count_ = count;
     }
     void release() noexcept {

@@ -114,11 +114,10 @@ void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, c
         exact_knn(res, coarse, ix.centroids.data(), ix.nlist, qp, rows, ix.d, npmax, o, coarse_scores.data(),
                   coarse_ids.data());
 
-        /* 3. scan: enough blocks for about eight per multiprocessor */
+        /* 3. scan: enough blocks for about eight per multiprocessor, with at
+         * least p.min_probes_per_block probes each */
         int splits = static_cast<int>(std::min<int64_t>(npmax, std::max<int64_t>(1, ceil_div(8 * res.sm_count, rows))));
-#ifdef GPUIVF_SCAN_MIN_PROBES_PER_BLOCK
-        splits = std::max(1, std::min(splits, static_cast<int>(ceil_div(npmax, GPUIVF_SCAN_MIN_PROBES_PER_BLOCK))));
-#endif
+        splits = std::min(splits, static_cast<int>(ceil_div(npmax, std::max(1, p.min_probes_per_block))));
         const int pps = static_cast<int>(ceil_div(npmax, splits));
         splits = static_cast<int>(ceil_div(npmax, pps));
         TempBuffer<Key> scan_out(res, rows * splits * kscan_max);

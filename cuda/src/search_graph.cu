@@ -10,7 +10,8 @@
  * throughput.  A CUDA graph of the whole search is one launch.
  *
  * How.  The first search of a shape — index version, batch size, k, nprobe,
- * re-rank, table mode, scan k-bucket, which per-query arrays are given,
+ * re-rank, table mode, probes a block, scan k-bucket, which per-query
+ * arrays are given,
  * whether the ADC distances are asked (one more output) —
  * runs under stream capture: its queries and per-query arrays are staged
  * through places in the resources' pinned memory (one copy in), its
@@ -143,6 +144,7 @@ bool search_recorded(Resources &res, Index &ix, const float *queries, int64_t nq
     key.nprobe = p.nprobe;
     key.rerank = p.rerank;
     key.lut_mode = p.lut_mode;
+    key.min_probes_per_block = p.min_probes_per_block;
     key.kscan_max = search_query_ks(p, nq, qk.data(), kscan.data());
     key.query_k = p.query_k != nullptr;
     key.query_nprobe = p.query_nprobe != nullptr;

@@ -4,49 +4,44 @@
  * merging partial results, turning keys into values and ids).
  */
 #include <algorithm>
+#include <type_traits>
 
 #include "select.h"
 
 namespace gpuivf_cuda {
 
-void launch_select_rows(int w, const SelectRowsArgs &a, int splits, cudaStream_t stream) {
-    if (a.rows <= 0) return;
+namespace {
+
+/* f(std::integral_constant<int, W>()) for the k-bucket W == w. */
+template <typename F>
+auto with_bucket(int w, F &&f) {
     switch (w) {
-        case 32: launch_select_rows_w32(a, splits, stream); break;
-        case 64: launch_select_rows_w64(a, splits, stream); break;
-        case 128: launch_select_rows_w128(a, splits, stream); break;
-        case 256: launch_select_rows_w256(a, splits, stream); break;
-        case 512: launch_select_rows_w512(a, splits, stream); break;
-        case 1024: launch_select_rows_w1024(a, splits, stream); break;
+        case 32: return f(std::integral_constant<int, 32>());
+        case 64: return f(std::integral_constant<int, 64>());
+        case 128: return f(std::integral_constant<int, 128>());
+        case 256: return f(std::integral_constant<int, 256>());
+        case 512: return f(std::integral_constant<int, 512>());
+        case 1024: return f(std::integral_constant<int, 1024>());
         default: throw Error(GPUIVF_CUDA_INTERNAL, "no k-selection bucket %d", w);
     }
 }
 
+}  // namespace
+
+void launch_select_rows(int w, const SelectRowsArgs &a, int splits, cudaStream_t stream) {
+    if (a.rows <= 0) return;
+    with_bucket(w, [&](auto b) { KBucket<decltype(b)::value>::launch_select_rows(a, splits, stream); });
+}
+
 void launch_ivfpq_scan(int w, const IvfPqScanArgs &a, size_t smem_bytes, cudaStream_t stream) {
     if (a.nq <= 0) return;
-    switch (w) {
-        case 32: launch_ivfpq_scan_w32(a, smem_bytes, stream); break;
-        case 64: launch_ivfpq_scan_w64(a, smem_bytes, stream); break;
-        case 128: launch_ivfpq_scan_w128(a, smem_bytes, stream); break;
-        case 256: launch_ivfpq_scan_w256(a, smem_bytes, stream); break;
-        case 512: launch_ivfpq_scan_w512(a, smem_bytes, stream); break;
-        case 1024: launch_ivfpq_scan_w1024(a, smem_bytes, stream); break;
-        default: throw Error(GPUIVF_CUDA_INTERNAL, "no k-selection bucket %d", w);
-    }
+    with_bucket(w, [&](auto b) { KBucket<decltype(b)::value>::launch_ivfpq_scan(a, smem_bytes, stream); });
 }
 
 size_t ivfpq_scan_merge_bytes(int w) { return static_cast<size_t>(kScanThreads / 32) * w * sizeof(Key); }
 
 size_t ivfpq_scan_queue_bytes(int w) {
-    switch (w) {
-        case 32: return ivfpq_scan_queue_bytes_w32();
-        case 64: return ivfpq_scan_queue_bytes_w64();
-        case 128: return ivfpq_scan_queue_bytes_w128();
-        case 256: return ivfpq_scan_queue_bytes_w256();
-        case 512: return ivfpq_scan_queue_bytes_w512();
-        case 1024: return ivfpq_scan_queue_bytes_w1024();
-        default: throw Error(GPUIVF_CUDA_INTERNAL, "no k-selection bucket %d", w);
-    }
+    return with_bucket(w, [](auto b) { return KBucket<decltype(b)::value>::ivfpq_scan_queue_bytes(); });
 }
 
 /* One warp per row once there are enough rows to give every multiprocessor

@@ -90,19 +90,14 @@ constexpr int kScanThreads = 256;
 
 /* ivfpq_scan.cuh selects the k-buckets kScanCollectMinW..kScanCollectMaxW
  * by collecting keys (up to kScanCollectCapacity before a cut) instead of
- * WarpSelect; A/B knob GPUIVF_SCAN_COLLECT=0 for WarpSelect everywhere.
- * Small k stays with WarpSelect: its running k-th forms within a warp's
- * first codes (k = 10 per-list search of 10k queries: 10.9 ms WarpSelect,
- * 11.5 ms collecting). */
-#ifndef GPUIVF_SCAN_COLLECT
-#define GPUIVF_SCAN_COLLECT 1
-#endif
+ * WarpSelect (the GPU worker's 200 candidates: DESIGN.md).  Small k stays
+ * with WarpSelect: its running k-th forms within a warp's first codes
+ * (k = 10 per-list search of 10k queries: 10.9 ms WarpSelect, 11.5 ms
+ * collecting). */
 constexpr int kScanCollectMinW = 128;
 constexpr int kScanCollectMaxW = 256;
 constexpr int kScanCollectCapacity = 2048;
-constexpr bool ivfpq_scan_collects(int w) {
-    return GPUIVF_SCAN_COLLECT && w >= kScanCollectMinW && w <= kScanCollectMaxW;
-}
+constexpr bool ivfpq_scan_collects(int w) { return w >= kScanCollectMinW && w <= kScanCollectMaxW; }
 /* its shared memory: the collected keys, then a cut's k best */
 constexpr size_t ivfpq_scan_collect_bytes(int w) { return sizeof(Key) * (kScanCollectCapacity + w); }
 
@@ -133,16 +128,10 @@ inline size_t ivfpq_scan8_smem_bytes(int m_pad, int d, int probes, size_t queue_
 }
 /* Two halves a block of twice the threads, each with its own query,
  * sharing one slab (tables of m <= 32 fill half of it), when the queues are
- * small enough for the 64-register budget that this needs.
- * GPUIVF_SCAN8_PAIRS=0 turns it off (A/B runs). */
-#ifndef GPUIVF_SCAN8_PAIRS
-#define GPUIVF_SCAN8_PAIRS 1
-#endif
-inline bool ivfpq_scan8_pairs(int m_pad, int w) {
-    return GPUIVF_SCAN8_PAIRS && m_pad <= 32 && w <= 64;
-}
+ * small enough for the 64-register budget that this needs. */
+inline bool ivfpq_scan8_pairs(int m_pad, int w) { return m_pad <= 32 && w <= 64; }
 /* Thread-queue slots a lane in that kernel: it offers two keys a lane per
- * tile, and with two slots it would merge at every survivor (NOTES.md, v8). */
+ * tile, and with two slots it would merge at every survivor (DESIGN.md). */
 constexpr int kScan8PairSlots = 4;
 inline size_t ivfpq_scan8_pairs_smem_bytes(int d, int probes, int w) {
     const size_t half_queues = sizeof(Key) * (kScanThreads / 32) * warp_select_smem_keys(kScan8PairSlots);
@@ -153,18 +142,15 @@ inline size_t ivfpq_scan8_pairs_smem_bytes(int d, int probes, int w) {
 /* Whether rows are many enough for one warp per row. */
 bool use_warp_rows(const Resources &res, int64_t rows);
 
-/* Per-bucket entry points (one translation unit each). */
-#define GPUIVF_DECLARE_BUCKET(W)                                                                   \
-    void launch_select_rows_w##W(const SelectRowsArgs &a, int splits, cudaStream_t stream);        \
-    void launch_ivfpq_scan_w##W(const IvfPqScanArgs &a, size_t smem_bytes, cudaStream_t stream);       \
-    size_t ivfpq_scan_queue_bytes_w##W();
-GPUIVF_DECLARE_BUCKET(32)
-GPUIVF_DECLARE_BUCKET(64)
-GPUIVF_DECLARE_BUCKET(128)
-GPUIVF_DECLARE_BUCKET(256)
-GPUIVF_DECLARE_BUCKET(512)
-GPUIVF_DECLARE_BUCKET(1024)
-#undef GPUIVF_DECLARE_BUCKET
+/* The launchers of k-bucket W, defined in bucket.cuh and instantiated once
+ * per bucket, each in its own translation unit (select_k32.cu ...
+ * select_k1024.cu: `template struct KBucket<32>;`). */
+template <int W>
+struct KBucket {
+    static void launch_select_rows(const SelectRowsArgs &a, int splits, cudaStream_t stream);
+    static void launch_ivfpq_scan(const IvfPqScanArgs &a, size_t smem_bytes, cudaStream_t stream);
+    static size_t ivfpq_scan_queue_bytes();
+};
 
 /*
  * Convert selected keys to results: for each row, keys[row * key_ld + e]

@@ -1,4 +1,4 @@
-/* select_k1024.cu — the k-bucket 1024: select_rows and ivfpq_scan instantiated once. */
+/* select_k1024.cu — the k-bucket 1024: select_rows and the IVF-PQ scans instantiated once. */
 #include "bucket.cuh"
 
-GPUIVF_DEFINE_BUCKET(1024)
+template struct gpuivf_cuda::KBucket<1024>;

@@ -1,4 +1,4 @@
-/* select_k128.cu — the k-bucket 128: select_rows and ivfpq_scan instantiated once. */
+/* select_k128.cu — the k-bucket 128: select_rows and the IVF-PQ scans instantiated once. */
 #include "bucket.cuh"
 
-GPUIVF_DEFINE_BUCKET(128)
+template struct gpuivf_cuda::KBucket<128>;

@@ -1,4 +1,4 @@
-/* select_k64.cu — the k-bucket 64: select_rows and ivfpq_scan instantiated once. */
+/* select_k64.cu — the k-bucket 64: select_rows and the IVF-PQ scans instantiated once. */
 #include "bucket.cuh"
 
-GPUIVF_DEFINE_BUCKET(64)
+template struct gpuivf_cuda::KBucket<64>;

@@ -24,32 +24,16 @@
 
 namespace gpuivf_cuda {
 
-/* Register budget: at least this many blocks per multiprocessor. */
-#ifndef GPUIVF_SELECT_MINBLOCKS_128
-#define GPUIVF_SELECT_MINBLOCKS_128 4
-#endif
-#ifndef GPUIVF_SELECT_UNROLL
-#define GPUIVF_SELECT_UNROLL 2
-#endif
+/* Register budget: at least this many blocks per multiprocessor (8 for
+ * W = 128, 64 registers, spilled a little and made the kNN's selection
+ * slower: DESIGN.md). */
 template <int W>
 struct SelectMinBlocks {
-    static constexpr int value = W <= 64 ? 8 : (W <= 128 ? GPUIVF_SELECT_MINBLOCKS_128 : (W <= 256 ? 4 : 1));
+    static constexpr int value = W <= 64 ? 8 : (W <= 256 ? 4 : 1);
 };
 
-/* A streamed float4: read once, so evict first (default), or (A/B knob
- * GPUIVF_SELECT_L2_PREFETCH) non-coherent, no L1 allocation and a 256-byte
- * L2 prefetch per miss. */
-__device__ __forceinline__ float4 stream_load4(const float *p) {
-#if defined(GPUIVF_SELECT_L2_PREFETCH) && GPUIVF_SELECT_L2_PREFETCH
-    float4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                 : "l"(p));
-    return v;
-#else
-    return __ldcs(reinterpret_cast<const float4 *>(p));
-#endif
-}
+/* A streamed float4: read once, so evict first. */
+__device__ __forceinline__ float4 stream_load4(const float *p) { return __ldcs(reinterpret_cast<const float4 *>(p)); }
 
 /* Four consecutive values of a row starting at column c (< c1). */
 __device__ __forceinline__ float4 load4(const float *rp, int c, int c1, bool vec) {
@@ -65,7 +49,7 @@ __device__ __forceinline__ float4 load4(const float *rp, int c, int c1, bool vec
 template <int W, int T, int kThreads>
 __global__ void __launch_bounds__(kThreads, SelectMinBlocks<W>::value) select_rows_kernel(const SelectRowsArgs a) {
     constexpr int kWarps = kThreads / 32;
-    constexpr int kUnroll = GPUIVF_SELECT_UNROLL;
+    constexpr int kUnroll = 2; /* float4 loads a lane per group (below) */
     using WS = WarpSelect<W, T>;
     constexpr int kSmemKeys = kWarps * W > kWarps * WS::kSmemKeys ? kWarps * W : kWarps * WS::kSmemKeys;
     __shared__ Key smem[kSmemKeys];
@@ -147,7 +131,7 @@ __global__ void __launch_bounds__(kThreads, SelectMinBlocks<W>::value) select_ro
          * group s0 is processed, so a warp in its slow path (a merge) still
          * has loads in flight.  Two float4 a group (four in flight at most,
          * the registers of the unpipelined four-group loop): 1.73 -> 1.69 ms
-         * for k = 100 (NOTES.md); four a group took 90 registers, fewer warps
+         * for k = 100 (DESIGN.md); four a group took 90 registers, fewer warps
          * stayed resident and k = 10 fell from 90 % to 51 % of copy. */
         float4 x[kUnroll];
 #pragma unroll

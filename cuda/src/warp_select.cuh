@@ -49,47 +49,15 @@ struct Log2<1> {
     static constexpr int value = 0;
 };
 
-/* Bitonic sort of the 32 * R keys of v (element e = r * 32 + lane), ascending. */
+/* One stage of a bitonic network over the 32 * R keys of v (element
+ * e = r * 32 + lane): strides size / 2 .. 1, each pair ascending where
+ * e & size is 0.  Partners at strides of 32 and more are in the same lane
+ * (registers r and r ^ (stride / 32)), the others in lanes lane ^ stride. */
 template <int R>
-__device__ __forceinline__ void warp_sort_keys(Key (&v)[R], int lane) {
-    constexpr int kLog = Log2<32 * R>::value;
+__device__ __forceinline__ void warp_bitonic_stage(Key (&v)[R], int lane, int ls) {
+    const int size = 1 << ls;
 #pragma unroll
-    for (int ls = 1; ls <= kLog; ++ls) {
-        const int size = 1 << ls;
-#pragma unroll
-        for (int lt = ls - 1; lt >= 0; --lt) {
-            const int stride = 1 << lt;
-            if (stride >= 32) {
-                /* Partners are in the same lane: register r and r ^ (stride / 32). */
-                const int rs = stride >> 5;
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    if ((r & rs) == 0) {
-                        const int rp = r | rs;
-                        const bool asc = ((r << 5) & size) == 0;
-                        const Key lo = key_min(v[r], v[rp]);
-                        const Key hi = key_max(v[r], v[rp]);
-                        v[r] = asc ? lo : hi;
-                        v[rp] = asc ? hi : lo;
-                    }
-                }
-            } else {
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    const bool asc = (((r << 5) | lane) & size) == 0;
-                    v[r] = lane_exchange(v[r], stride, asc, lane);
-                }
-            }
-        }
-    }
-}
-
-/* Bitonic merge: v holds a bitonic sequence of 32 * R keys; sort it ascending. */
-template <int R>
-__device__ __forceinline__ void warp_merge_bitonic(Key (&v)[R], int lane) {
-    constexpr int kLog = Log2<32 * R>::value;
-#pragma unroll
-    for (int lt = kLog - 1; lt >= 0; --lt) {
+    for (int lt = ls - 1; lt >= 0; --lt) {
         const int stride = 1 << lt;
         if (stride >= 32) {
             const int rs = stride >> 5;
@@ -97,17 +65,35 @@ __device__ __forceinline__ void warp_merge_bitonic(Key (&v)[R], int lane) {
             for (int r = 0; r < R; ++r) {
                 if ((r & rs) == 0) {
                     const int rp = r | rs;
+                    const bool asc = ((r << 5) & size) == 0;
                     const Key lo = key_min(v[r], v[rp]);
                     const Key hi = key_max(v[r], v[rp]);
-                    v[r] = lo;
-                    v[rp] = hi;
+                    v[r] = asc ? lo : hi;
+                    v[rp] = asc ? hi : lo;
                 }
             }
         } else {
 #pragma unroll
-            for (int r = 0; r < R; ++r) v[r] = lane_exchange(v[r], stride, true, lane);
+            for (int r = 0; r < R; ++r) {
+                const bool asc = (((r << 5) | lane) & size) == 0;
+                v[r] = lane_exchange(v[r], stride, asc, lane);
+            }
         }
     }
+}
+
+/* Bitonic sort of the 32 * R keys of v (element e = r * 32 + lane), ascending. */
+template <int R>
+__device__ __forceinline__ void warp_sort_keys(Key (&v)[R], int lane) {
+#pragma unroll
+    for (int ls = 1; ls <= Log2<32 * R>::value; ++ls) warp_bitonic_stage<R>(v, lane, ls);
+}
+
+/* Bitonic merge: v holds a bitonic sequence of 32 * R keys; sort it
+ * ascending (the sort's last stage: every pair ascends). */
+template <int R>
+__device__ __forceinline__ void warp_merge_bitonic(Key (&v)[R], int lane) {
+    warp_bitonic_stage<R>(v, lane, Log2<32 * R>::value);
 }
 
 /* Thread-queue length (slots per lane) of each kernel's k-bucket. */

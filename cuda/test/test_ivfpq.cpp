@@ -2,7 +2,8 @@
 // (byte-identical codes), search in per-list table mode (bit-identical
 // distances and the same ids), the decomposed tables (same neighbours up to
 // float rounding), exact re-rank, per-query k and nprobe, small batches
-// (probes split over blocks + the second selection pass), 4-bit codes,
+// (probes split over blocks + the second selection pass, and the least
+// probes a block), 4-bit codes,
 // the conflict-free 8-bit scan at several code widths and with two queries
 // a block, appending and
 // removing, two searches in flight on two streams, recorded searches
@@ -268,6 +269,50 @@ TEST(IvfPq, CollectCutsLongLists) {
     compare_search(cpu, g.ix, q, {100, 2, 0, GPUIVF_CUDA_LUT_PER_LIST}, true);
     compare_search(cpu, g.ix, q, {10, 2, 200, GPUIVF_CUDA_LUT_PER_LIST}, true);
     compare_search(cpu, g.ix, q, {256, 1, 0, GPUIVF_CUDA_LUT_PER_LIST}, true);
+}
+
+// min_probes_per_block changes only how a query's probes are split over
+// blocks: every setting gives the same bits, with both scans, with and
+// without re-rank (200 candidates: the collecting selection), alone or in a
+// batch, recorded (host arrays) or not.
+TEST(IvfPq, ProbesPerBlockGiveTheSameResults) {
+    REQUIRE_GPU();
+    const int d = 32, k = 10;
+    gt::CpuIvfPq cpu;
+    cpu.train(Metric::L2, gt::clustered_vectors(20000, d, 60, 91), d, 64, 8, 8);
+    GpuIndex g;
+    load(cpu, true, &g);
+    const std::vector<float> q = gt::clustered_vectors(64, d, 60, 92);
+    for (int lut : {GPUIVF_CUDA_LUT_PER_LIST, GPUIVF_CUDA_LUT_AUTO})
+        for (int rerank : {0, 200})
+            for (int64_t nq : {1, 8, 64})
+                for (int host : {0, 1}) {
+                    SCOPED_TRACE(::testing::Message() << "lut " << lut << " rerank " << rerank << " nq " << nq
+                                                      << " host arrays " << host);
+                    gpuivf_cuda_search_params p{k, 32, rerank, lut, nullptr, nullptr};
+                    p.host_arrays = host;
+                    std::vector<double> d0(nq * k), d1(nq * k);
+                    std::vector<uint64_t> i0(nq * k), i1(nq * k);
+                    EXPECT_GPU_OK(gpuivf_cuda_index_search(gt::gpu(), g.ix, q.data(), nq, &p, d0.data(), i0.data()));
+                    for (int mpb : {1, 2, 4, 32, 1024}) {
+                        p.min_probes_per_block = mpb;
+                        gt::poison_nan(d1);
+                        gt::poison(i1);
+                        EXPECT_GPU_OK(
+                            gpuivf_cuda_index_search(gt::gpu(), g.ix, q.data(), nq, &p, d1.data(), i1.data()));
+                        EXPECT_EQ(i1, i0) << "min_probes_per_block " << mpb;
+                        for (size_t i = 0; i < d1.size(); i++)
+                            EXPECT_TRUE(gt::same_bits(d1[i], d0[i])) << "min_probes_per_block " << mpb << " " << i;
+                    }
+                }
+    compare_search(cpu, g.ix, q, {k, 32, 200, GPUIVF_CUDA_LUT_PER_LIST}, true);
+    gpuivf_cuda_search_params p{k, 32, 0, GPUIVF_CUDA_LUT_AUTO, nullptr, nullptr};
+    p.min_probes_per_block = -1;
+    std::vector<double> dist(k);
+    std::vector<uint64_t> ids(k);
+    const gpuivf_cuda_status st = gpuivf_cuda_index_search(gt::gpu(), g.ix, q.data(), 1, &p, dist.data(), ids.data());
+    EXPECT_EQ(st.code, GPUIVF_CUDA_INVALID_ARGUMENT);
+    EXPECT_STREQ(st.message, "probes a block -1 is out of range 0..1024");
 }
 
 // Two searches in flight at once on two resources objects (the GPU worker's
@@ -611,17 +656,12 @@ TEST(IvfPq, GpuEncodingAppend) {
 
 TEST(IvfPq, Siftsmall) {
     REQUIRE_GPU();
-    std::vector<float> base, q;
-    std::vector<int32_t> gt_ids;
-    int d = 0, gd = 0;
-    int64_t n = 0, nq = 0, ng = 0;
-    const std::string dir = gt::data_dir() + "/siftsmall/";
-    if (!gt::read_vecs(dir + "siftsmall_base.fvecs", &base, &d, &n) ||
-        !gt::read_vecs(dir + "siftsmall_query.fvecs", &q, &d, &nq) ||
-        !gt::read_vecs(dir + "siftsmall_groundtruth.ivecs", &gt_ids, &gd, &ng))
-        GTEST_SKIP() << "skipped: siftsmall not found in " << dir;
+    gt::SiftSmall s;
+    if (!gt::load_siftsmall(&s)) GTEST_SKIP() << "skipped: siftsmall not found in " << gt::data_dir();
+    const std::vector<float> &q = s.queries;
+    const int64_t nq = s.nq;
     gt::CpuIvfPq cpu;
-    cpu.train(Metric::L2, base, d, 100, 16, 8);
+    cpu.train(Metric::L2, s.base, s.d, 100, 16, 8);
     GpuIndex g;
     load(cpu, true, &g);
     compare_search(cpu, g.ix, q, {10, 10, 0, GPUIVF_CUDA_LUT_PER_LIST}, true);
@@ -636,7 +676,7 @@ TEST(IvfPq, Siftsmall) {
     int64_t hit = 0;
     for (int64_t i = 0; i < nq; i++)
         for (int j = 0; j < k; j++)
-            for (int t = 0; t < k; t++) hit += ids[i * k + j] == cpu.ids[gt_ids[i * gd + t]];
+            for (int t = 0; t < k; t++) hit += ids[i * k + j] == cpu.ids[s.truth[i * s.truth_k + t]];
     const double recall = static_cast<double>(hit) / (nq * k);
     std::printf("siftsmall: recall@10 %.3f (100 lists, pq_m 16, nprobe 10, re-rank 100)\n", recall);
     EXPECT_GE(recall, 0.85);
