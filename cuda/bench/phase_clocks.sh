@@ -1,17 +1,22 @@
 #!/bin/bash
-# cuda/bench/phase_clocks.sh — the phase clocks of the scan and the re-rank
-# (measurement knobs GPUIVF_SCAN_PHASE_CLOCKS, GPUIVF_RESCORE_PHASE_CLOCKS; cuda/NOTES.md)
-# in the GPU worker's call shape: builds both variants, runs --worker-only, prints
-# the median and 10th/90th percentiles of each phase in cycles (block 0 of each call).
-mkdir -p /tmp/gpuivf-blas && tar xJf .device-cuda/blas.tar.xz -C /tmp/gpuivf-blas
-export LD_LIBRARY_PATH=/tmp/gpuivf-blas/lib GPUIVF_BENCH_RERANK=200
-for v in RESCORE SCAN; do
-  { cmake -S . -B /tmp/c$v -DCMAKE_BUILD_TYPE=Release -DCMAKE_LIBRARY_PATH=/tmp/gpuivf-blas/lib -DCMAKE_INCLUDE_PATH=/tmp/gpuivf-blas/include "-DCMAKE_CUDA_FLAGS=-DGPUIVF_${v}_PHASE_CLOCKS" && cmake --build /tmp/c$v -j8 --target gpuivf_bench; } > /tmp/c$v.log 2>&1 &
-done
-wait
-for v in RESCORE SCAN; do
-  mkdir -p /tmp/c$v/out
-  timeout ${T:-40} /tmp/c$v/cuda/bench/gpuivf_bench --worker-only --out /tmp/c$v/out 2>&1 | grep phase_clocks > /tmp/p$v.txt
-  echo "== $v $(wc -l < /tmp/p$v.txt) lines"
-  for c in 2 3 4 5 6; do cut -d' ' -f$c /tmp/p$v.txt | sort -n > /tmp/c.txt; n=$(wc -l < /tmp/c.txt); [ $n -gt 0 ] && echo "phase$((c-1)) p10 $(sed -n "$((n/10+1))p" /tmp/c.txt) median $(sed -n "$((n/2+1))p" /tmp/c.txt) p90 $(sed -n "$((n*9/10))p" /tmp/c.txt)"; done
+# cuda/bench/phase_clocks.sh — on the GPU machine, from the repository root
+# (carry .device/cuda): the phase clocks of the collecting scan and the
+# re-rank (common.cuh, built with -DGPUIVF_PHASE_CLOCKS) in the GPU worker's
+# call shape (gpuivf_bench --worker-only, 200 candidates); prints the 10th,
+# 50th and 90th percentile of each phase in cycles (one block of each call).
+set -u
+. cuda/bench/device_kit.sh
+B=/tmp/gpuivf-phase-clocks
+build_engine . $B 16 -DCMAKE_CUDA_FLAGS=-DGPUIVF_PHASE_CLOCKS >$B.log 2>&1 || { tail -20 $B.log; exit 1; }
+mkdir -p $B/out
+GPUIVF_BENCH_RERANK=200 timeout "${T:-60}" $B/cuda/bench/gpuivf_bench --worker-only --out $B/out >$B/bench.txt 2>&1
+for label in scan_phase_clocks rescore_phase_clocks; do
+	grep "^$label " $B/bench.txt >$B/$label.txt
+	echo "== $label: $(wc -l <$B/$label.txt) calls"
+	for c in 2 3 4 5 6; do
+		cut -d' ' -f$c $B/$label.txt | sort -n >$B/col.txt
+		n=$(wc -l <$B/col.txt)
+		[ "$n" -gt 0 ] && echo "phase$((c - 1)) p10 $(sed -n "$((n / 10 + 1))p" $B/col.txt)" \
+			"median $(sed -n "$((n / 2 + 1))p" $B/col.txt) p90 $(sed -n "$((n * 9 / 10))p" $B/col.txt)"
+	done
 done
