@@ -378,11 +378,24 @@ typedef struct GpuivfOptions
     int         pq_m;           /* 0 = automatic */
     int         pq_bits;        /* 4 or 8 */
     bool        rerank;
+    double      target_recall;  /* GPUIVF_TARGET_UNSET: gpuivf.target_recall */
 } GpuivfOptions;
+
+#define GPUIVF_TARGET_UNSET         (-1.0)
+
+/* where the recall target of a scan comes from */
+#define GPUIVF_TARGET_SETTING   0   /* gpuivf.target_recall */
+#define GPUIVF_TARGET_INDEX     1   /* the index option target_recall */
 
 /* gpuivf.cpp: handler, _PG_init, settings, reloptions */
 bytea      *gpuivfoptions(Datum reloptions, bool validate);
 GpuivfOptions *GpuivfGetOptions(Relation index);
+/* The recall target of scans of an index: its target_recall option, which
+ * overrides gpuivf.target_recall (like a tablespace's random_page_cost
+ * overrides the setting), else the setting.  *source (may be NULL):
+ * GPUIVF_TARGET_INDEX or GPUIVF_TARGET_SETTING. */
+double      GpuivfTargetRecall(Relation index, int *source);
+const char *GpuivfTargetSourceName(int source);   /* "index option", "gpuivf.target_recall" */
 /* ------------------------------------------------------ entry points */
 
 /* gpuivf.cpp: the handler and module entry points */
