@@ -395,11 +395,12 @@ sub fake_gpu_engine
 }
 
 # A started node whose GPU workers run the CPU stand-in engine $fake;
-# $extra_conf adds settings (gpuivf.devices, max_connections, ...).
+# $extra_conf adds settings (gpuivf.devices, max_connections, ...);
+# allows_streaming => 1 makes it a primary a standby can stream from.
 sub fake_gpu_node
 {
-	my ($name, $fake, $extra_conf) = @_;
-	return gpuivf_node($name, conf => qq(
+	my ($name, $fake, $extra_conf, %opts) = @_;
+	return gpuivf_node($name, allows_streaming => $opts{allows_streaming}, conf => qq(
 shared_preload_libraries = 'gpuivf'
 gpuivf.engine_library = '$fake'
 log_min_messages = log
