@@ -37,9 +37,15 @@
  * never parallel aware.  gpuivf.enable_batch_join = off at planning time
  * leaves nested loops alone.
  *
+ * A kNN LIMIT over a partitioned table of postgres_fdw foreign tables
+ * (shards) is appended to each shard's remote query, and a Merge Append of
+ * those shards becomes a Sort over an Append that asks them at once
+ * (remote_limit.cpp: where PostgreSQL stops and why).
+ *
  * Files: rewrite.cpp (the hooks and the plan rewrite), knn_node.cpp
  * (GpuivfKnn, and the limit hints both nodes compute), batch_node.cpp
- * (GpuivfBatchKnn).  Only GpuivfPlannerInit is called from outside.
+ * (GpuivfBatchKnn), remote_limit.cpp (the LIMIT to postgres_fdw shards).
+ * Only GpuivfPlannerInit is called from outside.
  */
 #ifndef GPUIVF_PLANNER_H
 #define GPUIVF_PLANNER_H
@@ -97,6 +103,12 @@ int64       HintFromLimit(bool has_count, int64 count, int64 offset, bool with_t
  * there is no count (LIMIT NULL / ALL) */
 bool        EvalLimit(ExprState *count_state, ExprState *offset_state, ExprContext *econtext,
                       int64 *count, int64 *offset);
+/* remote_limit.cpp: sends a Limit's count + offset to the postgres_fdw
+ * shards below it and asks them at once (true: the plan changed); whether
+ * it would change anything */
+bool        GpuivfPushLimitToShards(Limit *limit, List *rtable, int *next_node_id);
+bool        GpuivfRemoteLimitPending(Limit *limit);
+
 /* knn_node.cpp: "CPU", "GPU" or "GPU and CPU" for n scans of which on_gpu
  * ran on the GPU (EXPLAIN) */
 const char *DeviceName(int64 on_gpu, int64 n);

@@ -4,7 +4,8 @@
  * was loaded) the finished plan tree is rewritten so that a GpuivfKnn node
  * sits above every Index Scan on a gpuivf index and, where the inner side of
  * a Nested Loop is a LATERAL kNN search, a GpuivfBatchKnn node sits between
- * the loop and its outer child (planner.h describes both nodes).
+ * the loop and its outer child (planner.h describes both nodes); a kNN
+ * LIMIT over postgres_fdw shards is sent to the shards (remote_limit.cpp).
  */
 #include "gpuivf.h"
 #include "planner/planner.h"
@@ -187,6 +188,7 @@ typedef struct RewriteContext
 {
     int         next_node_id;   /* for the nodes it adds */
     bool        batch_join;     /* gpuivf.enable_batch_join */
+    List       *rtable;         /* the statement's range table */
     bool        changed;
 } RewriteContext;
 
@@ -487,10 +489,14 @@ RewritePlan(Plan *plan, const LimitInfo *li, RewriteContext *ctx)
         return WrapIndexScan((IndexScan *) plan, li, ctx);
     if (IsA(plan, NestLoop) && ctx->batch_join)
         TryBatchJoin((NestLoop *) plan, ctx);
+    if (IsA(plan, Limit) &&
+        GpuivfPushLimitToShards((Limit *) plan, ctx->rtable, &ctx->next_node_id))
+        ctx->changed = true;
     return plan;
 }
 
-/* Does the tree hold a gpuivf Index Scan without its GpuivfKnn? */
+/* Does the tree hold a gpuivf Index Scan without its GpuivfKnn, or a
+ * LIMIT that has not reached the postgres_fdw shards below it? */
 static bool
 NeedsRewrite(Plan *plan, bool wrapped)
 {
@@ -498,6 +504,8 @@ NeedsRewrite(Plan *plan, bool wrapped)
 
     if (plan == NULL)
         return false;
+    if (IsA(plan, Limit) && GpuivfRemoteLimitPending((Limit *) plan))
+        return true;
     if (IsA(plan, IndexScan))
         return !wrapped && IsGpuivfIndex(((IndexScan *) plan)->indexid);
     if (IsA(plan, CustomScan))
@@ -564,6 +572,7 @@ RewriteStmt(PlannedStmt *stmt)
         max_id = Max(max_id, MaxPlanNodeId((Plan *) lfirst(lc)));
     ctx.next_node_id = max_id + 1;
     ctx.batch_join = gpuivf_enable_batch_join;
+    ctx.rtable = stmt->rtable;
     ctx.changed = false;
 
     stmt->planTree = RewritePlan(stmt->planTree, &none, &ctx);
