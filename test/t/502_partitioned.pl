@@ -12,8 +12,10 @@
 #  - ANALYZE of the partitioned table calibrates every partition's index;
 #    with automatic probes recall@10 reaches a floor;
 #  - rows inserted through the partitioned table are found;
-#  - a LATERAL kNN join over the partitioned table returns the nested
-#    loop's rows (and the plain table's in exact mode).
+#  - a LATERAL kNN join over the partitioned table is batched, one search
+#    call per partition for all outer rows, and returns the nested loop's
+#    rows (and the plain table's in exact mode); a per-tenant LATERAL join,
+#    whose partitions are pruned per outer row, is left a nested loop.
 
 use strict;
 use warnings;
@@ -189,8 +191,15 @@ my $join = qq{
 	FROM queries q CROSS JOIN LATERAL (
 		SELECT i.id, i.v <-> q.v AS d FROM %s i ORDER BY i.v <-> q.v LIMIT $k) n};
 my $nl = $node->safe_psql('postgres', 'SET gpuivf.enable_batch_join = off; ' . sprintf($join, 'docs'));
+$plan = $node->safe_psql('postgres', 'EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ' . sprintf($join, 'docs'));
+like($plan, qr/Custom Scan \(GpuivfBatchKnn\).*\n\s+Indexes: docs_0_v_idx, docs_1_v_idx, docs_2_v_idx, docs_3a_v_idx, docs_3b_v_idx\n/,
+	'a LATERAL kNN join over the partitions is batched on every partition\'s index') or diag $plan;
+like($plan, qr/Batches: 5\n\s+Searches: 200\n/, 'one search call per partition for the 40 outer rows');
+@asked = $plan =~ /Batched Searches: (\d+)/g;
+is(join(',', @asked), '40,40,40,40,40', 'every partition\'s scan took the round 1 computed ahead for every row')
+  or diag $plan;
 is($node->safe_psql('postgres', sprintf($join, 'docs')), $nl,
-	'a LATERAL kNN join over the partitions returns the nested loop\'s rows');
+	'and the join returns the nested loop\'s rows');
 is($node->safe_psql('postgres', $exact . sprintf($join, 'docs')),
 	$node->safe_psql('postgres', $exact . sprintf($join, 'flat')),
 	'and in exact mode the plain table\'s rows');
@@ -199,6 +208,8 @@ my $tenant_join = qq{
 	FROM queries q CROSS JOIN LATERAL (
 		SELECT i.id, i.v <-> q.v AS d FROM %s i WHERE i.tenant_id = q.tenant_id
 		ORDER BY i.v <-> q.v LIMIT $k) n};
+unlike($node->safe_psql('postgres', 'EXPLAIN (COSTS OFF) ' . sprintf($tenant_join, 'docs')), qr/GpuivfBatchKnn/,
+	'a per-tenant LATERAL join (partitions pruned per outer row) is not batched: it searches one partition a row');
 is($node->safe_psql('postgres', $exact . sprintf($tenant_join, 'docs')),
 	$node->safe_psql('postgres', 'SET enable_indexscan = off; ' . sprintf($tenant_join, 'flat')),
 	'a per-tenant LATERAL join (run-time pruning per row) gives each tenant\'s exact answer');

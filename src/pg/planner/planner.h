@@ -20,12 +20,15 @@
  *  GpuivfBatchKnn  a custom scan put between a Nested Loop and its outer
  *                  child when the inner side is Limit -> GpuivfKnn -> Index
  *                  Scan ordered by a value computed from the loop's
- *                  parameters (a LATERAL kNN subquery).  It reads outer rows
+ *                  parameters (a LATERAL kNN subquery), or Limit -> (Merge)
+ *                  Append of such scans (a partitioned table, without
+ *                  run-time partition pruning).  It reads outer rows
  *                  ahead in chunks (up to GPUIVF_BATCH_MAX rows), computes
  *                  each row's query vector and LIMIT exactly as the inner
  *                  side will, answers all of them with one GpuivfSearchBatch
- *                  call, then returns the outer rows one by one, offering
- *                  each row's round 1 to the inner scan (GpuivfOfferRoundOne).
+ *                  call per index, then returns the outer rows one by one,
+ *                  offering each row's round 1 on every index to the inner
+ *                  scans (GpuivfOfferRoundOne).
  *                  The inner plan still runs as before; its scan takes the
  *                  offer only when its own query is byte for byte the same
  *                  (search/round_one.cpp), so the join returns what the nested
@@ -73,12 +76,13 @@ void        GpuivfPlannerInit(void);
 #define KNN_FILTER_PPM          3   /* filter selectivity, parts per million */
 /* custom_exprs of GpuivfKnn: limitCount, limitOffset (either may be NULL) */
 
-/* custom_private of GpuivfBatchKnn: indexoid, with_ties, filter_ppm, then
- * (paramno, outer attno) pairs of the nested loop's parameters */
-#define BATCH_INDEXOID          0
-#define BATCH_WITH_TIES         1
-#define BATCH_FILTER_PPM        2
-#define BATCH_PARAMS            3
+/* custom_private of GpuivfBatchKnn: with_ties, the number n of indexes the
+ * inner side scans (one per partition of a partitioned table), n (indexoid,
+ * filter_ppm) pairs, then (paramno, outer attno) pairs of the nested loop's
+ * parameters */
+#define BATCH_WITH_TIES         0
+#define BATCH_NINDEXES          1
+#define BATCH_INDEXES           2
 /* custom_exprs of GpuivfBatchKnn: query vector expression, limitCount,
  * limitOffset */
 

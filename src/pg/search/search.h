@@ -80,10 +80,12 @@ int64       GpuivfRowsForFilter(double rows, double sel);
 
 /*
  * round_one.cpp: a round 1 computed ahead of time (the batched kNN join)
- * and offered to the next scan of that index.  A scan takes it only when its
- * own round-1 query is the same (vector bytes, k, nprobe, rerank) and the
- * metapage generation has not moved, i.e. when GpuivfSearchBatch would
- * return exactly these hits; otherwise it searches itself.
+ * and offered to the next scan of that index; one offer per index (the
+ * partitions of a partitioned table), until GpuivfClearOffer.  A scan takes
+ * the offer of its index only when its own round-1 query is the same (vector
+ * bytes, k, nprobe, rerank) and the metapage generation has not moved, i.e.
+ * when GpuivfSearchBatch would return exactly these hits; otherwise it
+ * searches itself.
  */
 void        GpuivfOfferRoundOne(Oid indexoid, uint64 generation, const GpuivfQuery *query,
                                 int dims, const GpuivfHit *hits, int nhits,
