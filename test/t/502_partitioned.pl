@@ -80,11 +80,7 @@ sub qvec { return vec_literal($queries->[ $_[0] ]); }
 sub knn
 {
 	my ($table, $qi, $settings, $where) = @_;
-	my $q = qvec($qi);
-	$where = $where ? "WHERE $where" : '';
-	return $node->safe_psql('postgres', ($settings // '') . qq{
-		SELECT string_agg(id || ':' || d, ',' ORDER BY d, id) FROM (
-			SELECT id, v <-> $q AS d FROM $table $where ORDER BY v <-> $q LIMIT $k) s});
+	return knn_answer($node, $table, qvec($qi), $k, settings => $settings, where => $where);
 }
 my $exact = 'SET gpuivf.probes = 16; SET enable_seqscan = off;';
 
@@ -111,13 +107,7 @@ is(join(',', @asked), '3,3,3,3,3', 'a generic plan with LIMIT $2 asks every part
   or diag $plan;
 
 # ------------------------------------------- exact mode = the plain table
-my ($same, $diff) = (0, '');
-for my $qi (0 .. $nq - 1)
-{
-	my $p = knn('docs', $qi, $exact);
-	my $f = knn('flat', $qi, $exact);
-	if ($p eq $f) { $same++ } else { $diff = "query $qi: $p vs $f" }
-}
+my ($same, $diff) = count_same($nq, sub { knn('docs', $_[0], $exact) }, sub { knn('flat', $_[0], $exact) });
 is($same, $nq, 'exact mode: all partitions give the plain table\'s answers (ids and distances)')
   or diag $diff;
 
@@ -136,14 +126,9 @@ like($plan, qr/Subplans Removed: 3/, 'a generic plan prunes the other partitions
 @asked = $plan =~ /Rows Asked: (\d+)/g;
 is(join(',', @asked), "$k,$k", 'and asks the two partitions of tenant 3 for the LIMIT') or diag $plan;
 
-($same, $diff) = (0, '');
-for my $qi (0 .. $nq - 1)
-{
-	my $t = $qi % 4;
-	my $p = knn('docs', $qi, $exact, "tenant_id = $t");
-	my $f = knn('flat', $qi, 'SET enable_indexscan = off;', "tenant_id = $t");
-	if ($p eq $f) { $same++ } else { $diff = "query $qi: $p vs $f" }
-}
+($same, $diff) = count_same($nq,
+	sub { knn('docs', $_[0], $exact, 'tenant_id = ' . $_[0] % 4) },
+	sub { knn('flat', $_[0], 'SET enable_indexscan = off;', 'tenant_id = ' . $_[0] % 4) });
 is($same, $nq, 'per tenant, exact mode gives the exact answer of that tenant\'s rows') or diag $diff;
 
 # ------------------------------------- ANALYZE, automatic probes, recall

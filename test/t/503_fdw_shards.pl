@@ -133,19 +133,9 @@ my $exact = "SET gpuivf.probes = $lists;";
 sub knn
 {
 	my ($table, $qi, $where, $limit) = @_;
-	my $q = qvec($qi);
-	$where = $where ? "WHERE $where" : '';
-	$limit //= $k;
-	return $coord->safe_psql('postgres', qq{$exact
-		SELECT string_agg(id || ':' || d, ',' ORDER BY d, id) FROM (
-			SELECT id, v <-> $q AS d FROM $table $where ORDER BY v <-> $q LIMIT $limit) s});
+	return knn_answer($coord, $table, qvec($qi), $limit // $k, settings => $exact, where => $where);
 }
-my ($same, $diff) = (0, '');
-for my $qi (0 .. $nq - 1)
-{
-	my ($a, $b) = (knn('docs', $qi), knn('flat', $qi));
-	if ($a eq $b) { $same++ } else { $diff = "query $qi: $a vs $b" }
-}
+my ($same, $diff) = count_same($nq, sub { knn('docs', $_[0]) }, sub { knn('flat', $_[0]) });
 is($same, $nq, 'exact mode: the shards give the single server\'s answers (ids and distances)') or diag $diff;
 is(knn('docs', 3, undef, 25), knn('flat', 3, undef, 25), 'also for LIMIT 25');
 
@@ -156,13 +146,8 @@ $plan = $coord->safe_psql('postgres',
 is(scalar(@remote), 1, 'WHERE tenant_id = 2 reaches one shard') or diag $plan;
 like($remote[0] // '', qr/FROM public\.items WHERE \(\(tenant_id = 2\)\) ORDER BY .* LIMIT $k$/,
 	'with the filter, the ORDER BY and the LIMIT');
-($same, $diff) = (0, '');
-for my $qi (0 .. $nq - 1)
-{
-	my $t = $qi % 4;
-	my ($a, $b) = (knn('docs', $qi, "tenant_id = $t"), knn('flat', $qi, "tenant_id = $t"));
-	if ($a eq $b) { $same++ } else { $diff = "query $qi: $a vs $b" }
-}
+($same, $diff) = count_same($nq,
+	sub { knn('docs', $_[0], 'tenant_id = ' . $_[0] % 4) }, sub { knn('flat', $_[0], 'tenant_id = ' . $_[0] % 4) });
 is($same, $nq, 'per tenant, the shard gives the single server\'s answers') or diag $diff;
 
 # ------------------------------------------------- shards asked at once

@@ -103,23 +103,15 @@ is(scalar(() = $plan =~ /->  Limit\n\s+->  Custom Scan \(GpuivfKnn\)\n\s+Rows As
 sub knn
 {
 	my ($table, $qi, $settings, $where) = @_;
-	my $q = qvec($qi);
-	$where = $where ? "WHERE $where" : '';
-	return $coord->safe_psql('postgres', ($settings // '') . qq{
-		SELECT string_agg(id || ':' || d, ',' ORDER BY d, id) FROM (
-			SELECT id, v <-> $q AS d FROM $table $where ORDER BY v <-> $q LIMIT $k) s});
+	return knn_answer($coord, $table, qvec($qi), $k, settings => $settings, where => $where);
 }
 
 # ---------------------------------------------------------- exact mode
 # A session's SET stays on the coordinator; SET LOCAL reaches the workers
 # with citus.propagate_set_commands = local.
 my $local_exact = "SET citus.propagate_set_commands = local; BEGIN; SET LOCAL gpuivf.probes = $lists;";
-my ($same, $diff) = (0, '');
-for my $qi (0 .. $nq - 1)
-{
-	my ($a, $b) = (knn('items', $qi, $local_exact), knn('flat', $qi, "SET gpuivf.probes = $lists;"));
-	if ($a eq $b) { $same++ } else { $diff = "query $qi: $a vs $b" }
-}
+my $flat_exact = sub { knn('flat', $_[0], "SET gpuivf.probes = $lists;") };
+my ($same, $diff) = count_same($nq, sub { knn('items', $_[0], $local_exact) }, $flat_exact);
 is($same, $nq, 'exact mode (SET LOCAL propagated): the shards give the single node\'s answers (ids and distances)')
   or diag $diff;
 # ALTER DATABASE ... SET on the coordinator: Citus sets it on every node
@@ -127,12 +119,7 @@ $coord->safe_psql('postgres', "ALTER DATABASE postgres SET gpuivf.probes = $list
 is($coord->safe_psql('postgres',
 		q{SELECT string_agg(result, ',') FROM run_command_on_workers($$SELECT current_setting('gpuivf.probes')$$)}),
 	"$lists,$lists", 'ALTER DATABASE ... SET gpuivf.probes on the coordinator reaches the workers');
-($same, $diff) = (0, '');
-for my $qi (0 .. $nq - 1)
-{
-	my ($a, $b) = (knn('items', $qi), knn('flat', $qi, "SET gpuivf.probes = $lists;"));
-	if ($a eq $b) { $same++ } else { $diff = "query $qi: $a vs $b" }
-}
+($same, $diff) = count_same($nq, sub { knn('items', $_[0]) }, $flat_exact);
 is($same, $nq, 'exact mode (ALTER DATABASE): the single node\'s answers') or diag $diff;
 $coord->safe_psql('postgres', 'ALTER DATABASE postgres RESET gpuivf.probes');
 
@@ -157,7 +144,7 @@ my (@got, @truth);
 for my $qi (0 .. $nq - 1)
 {
 	push @got, [ map { (split /:/)[0] } split /,/, knn('items', $qi) ];
-	push @truth, [ map { (split /:/)[0] } split /,/, knn('flat', $qi, "SET gpuivf.probes = $lists;") ];
+	push @truth, [ map { (split /:/)[0] } split /,/, $flat_exact->($qi) ];
 }
 my $recall = recall_at(\@got, \@truth, $k);
 note sprintf('recall@%d through the coordinator, automatic probes, target 0.97: %.3f', $k, $recall);
