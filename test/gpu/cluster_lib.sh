@@ -90,8 +90,10 @@ start_server() {
 		echo "checkpoint_timeout = 30min"
 		echo "max_parallel_workers_per_gather = 0"
 		echo "log_line_prefix = '%m [%p] %b '"
-		[ -n "${ENGINE:-}" ] && echo "gpuivf.engine_library = '$ENGINE'"
 		for line in "$@"; do echo "$line"; done
+		# the stand-in engine, where the GPU worker runs
+		[ -n "${ENGINE:-}" ] && [[ "$*" == *"shared_preload_libraries = "*gpuivf* ]] &&
+			echo "gpuivf.engine_library = '$ENGINE'"
 	} >> "$dir/data/postgresql.conf"
 	as_pg "pg_ctl -D $dir/data -l $dir/server.log -w start >/dev/null" || { cat "$dir/server.log"; exit 1; }
 }
