@@ -10,7 +10,8 @@
 #  - the shards are asked at once: an Append of async foreign scans under a
 #    Sort, and with shards that take 2 s each the query takes about 2 s (4 s
 #    with enable_async_append = off);
-#  - in exact mode the answers (ids and distances) equal the single server's;
+#  - in exact mode (gpuivf.probes in the servers' libpq options) the
+#    answers (ids and distances) equal the single server's;
 #  - WHERE tenant_id = c reaches one shard, its filter and the LIMIT remote;
 #  - rows inserted through the coordinator are found;
 #  - a LATERAL kNN join gives the single server's rows in exact mode;
@@ -126,7 +127,9 @@ my $rows = $coord->safe_psql('postgres', qq{
 is(scalar(split /\n/, $rows), 17, 'the generic plan returns 4, then 13 rows');
 
 # ------------------------------------------ exact mode = a single server
-$_->safe_psql('postgres', "ALTER DATABASE postgres SET gpuivf.probes = $lists") for @shards;
+# a session's SET does not travel through postgres_fdw: the servers'
+# libpq options carry the setting to every shard connection
+$coord->safe_psql('postgres', "ALTER SERVER shard$_ OPTIONS (ADD options '-c gpuivf.probes=$lists')") for 1, 2;
 my $exact = "SET gpuivf.probes = $lists;";
 
 # "id:distance,..." of the k nearest rows of query $qi
