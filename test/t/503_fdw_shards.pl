@@ -120,6 +120,18 @@ $plan = $coord->safe_psql('postgres', qq{
 	EXPLAIN (VERBOSE, COSTS OFF) EXECUTE knn($q0, 4)});
 is(scalar(() = $plan =~ /ORDER BY \(v OPERATOR\(public\.<->\) \$1::real\[\]\) ASC NULLS LAST LIMIT \$2::bigint$/mg),
 	2, 'a generic plan sends the LIMIT parameter to each shard') or diag $plan;
+$plan = $coord->safe_psql('postgres', qq{
+	SET plan_cache_mode = force_generic_plan;
+	PREPARE knn(real[], int, int) AS SELECT id FROM docs ORDER BY v <-> \$1 LIMIT \$2 OFFSET \$3;
+	EXPLAIN (VERBOSE, COSTS OFF) EXECUTE knn($q0, 4, 2)});
+is(scalar(() = $plan =~ /ASC NULLS LAST LIMIT \(\$2::bigint \+ \$3::bigint\)$/mg), 2,
+	'int parameters for LIMIT and OFFSET: each shard is sent LIMIT ($2 + $3)') or diag $plan;
+my @ids = split /\n/, $coord->safe_psql('postgres', qq{
+	SET plan_cache_mode = force_generic_plan;
+	PREPARE knn(real[], int, int) AS SELECT id FROM docs ORDER BY v <-> \$1 LIMIT \$2 OFFSET \$3;
+	EXECUTE knn($q0, 4, 2);});
+my @first6 = split /\n/, $coord->safe_psql('postgres', "SELECT id FROM docs ORDER BY v <-> $q0 LIMIT 6");
+is("@ids", "@first6[2 .. 5]", 'and returns the 4 rows after the first 2');
 my $rows = $coord->safe_psql('postgres', qq{
 	SET plan_cache_mode = force_generic_plan;
 	PREPARE knn(real[], bigint) AS SELECT id FROM docs ORDER BY v <-> \$1 LIMIT \$2;

@@ -25,8 +25,8 @@
  * every Limit) a Limit whose child is such a foreign scan, or a (Merge)
  * Append of them, gets its count + offset appended to each shard's remote
  * query as " LIMIT n" (a constant, or the statement's parameters, added to
- * the scan's fdw_exprs: postgres_fdw sends fdw_exprs as the remote query's
- * $1..$n).  A Merge Append all of whose children got the LIMIT becomes
+ * the scan's fdw_exprs: postgres_fdw evaluates fdw_exprs and sends them as
+ * the remote query's $1..$n).  A Merge Append all of whose children got the LIMIT becomes
  *
  *     Limit -> Sort -> Append -> Async Foreign Scan (one per shard)
  *
@@ -37,10 +37,11 @@
  * Only what is certainly equivalent is rewritten: a foreign scan of
  * postgres_fdw (its handler is postgres_fdw_handler) that selects rows, has
  * no local filter, and whose remote query ends with its ORDER BY clause (no
- * LIMIT yet, no FOR UPDATE); a LIMIT without WITH TIES whose count and offset
- * are constants or parameters of the statement; and only ORDER BY a gpuivf
- * distance (an ordering operator of the gpuivf access method is in the
- * scan's target list), so other queries keep PostgreSQL's plans.
+ * LIMIT yet, no FOR UPDATE); a LIMIT without WITH TIES whose count and
+ * offset are constants or expressions of the statement's parameters; and
+ * only ORDER BY a gpuivf distance (an ordering operator of the gpuivf access
+ * method is in the scan's target list), so other queries keep PostgreSQL's
+ * plans.
  * postgres_fdw's fdw_private is (remote SQL, retrieved attributes, fetch
  * size[, relations]) in PostgreSQL 15; anything else is left alone.
  */
@@ -155,8 +156,24 @@ ScansUnder(Limit *limit)
     return list_make1(child);
 }
 
-/* May the Limit's count and offset be sent (constants or parameters of the
- * statement, a count that is not NULL)? */
+/* Does the expression use something other than constants and the
+ * statement's parameters (a column, an outer row's value, a sub-plan)? */
+static bool
+NotStatementConstantWalker(Node *node, void *context)
+{
+    if (node == NULL)
+        return false;
+    if (IsA(node, Param))
+        return ((Param *) node)->paramkind != PARAM_EXTERN;
+    if (IsA(node, Var) || IsA(node, SubPlan) || IsA(node, AlternativeSubPlan) ||
+        IsA(node, Aggref) || IsA(node, WindowFunc))
+        return true;
+    return expression_tree_walker(node, WALKER(NotStatementConstantWalker), context);
+}
+
+/* May the Limit's count and offset be sent: constants, or expressions of
+ * the statement's parameters (LIMIT $1, or its cast to bigint), not
+ * volatile; a count that is not a NULL constant? */
 static bool
 PushableLimitPart(Node *expr, bool is_count)
 {
@@ -164,7 +181,8 @@ PushableLimitPart(Node *expr, bool is_count)
         return !is_count;
     if (IsA(expr, Const))
         return !(is_count && ((Const *) expr)->constisnull);
-    return IsA(expr, Param) && ((Param *) expr)->paramkind == PARAM_EXTERN;
+    return !NotStatementConstantWalker(expr, NULL) &&
+        !contain_volatile_functions_after_planning((Expr *) expr);
 }
 
 static bool
@@ -191,8 +209,10 @@ GpuivfRemoteLimitPending(Limit *limit)
 
 /* ------------------------------------------------------- the rewrite */
 
-/* One part of the remote LIMIT: a constant's value, or $n for a
- * parameter appended to the scan's fdw_exprs. */
+/* One part of the remote LIMIT: a constant's value, or $n for an
+ * expression of the statement's parameters appended to the scan's fdw_exprs
+ * (postgres_fdw evaluates them when the scan starts and sends their
+ * values). */
 static void
 AppendLimitPart(StringInfo buf, Node *expr, ForeignScan *fs)
 {
