@@ -72,7 +72,14 @@ timed() {   # port sql -> seconds
 LOAD_SQL="CREATE TABLE queries (qid bigint PRIMARY KEY, v real[]);
 	COPY queries FROM '$W/queries.bin' WITH (FORMAT binary);"
 COPY_SQL="COPY items FROM '$W/base.bin' WITH (FORMAT binary);"
+# the recall target with the index (where the build has the option; 0.95 is
+# also gpuivf.target_recall's default)
 INDEX_SQL="CREATE INDEX items_v ON items USING gpuivf (v) WITH (target_recall = 0.95);"
+build_index() {   # port [settings] -> seconds
+	local t
+	t=$(timed "$1" "${2:-} $INDEX_SQL" 2>/dev/null) || t=$(timed "$1" "${2:-} ${INDEX_SQL/ WITH (target_recall = 0.95)/}")
+	echo "$t"
+}
 GPU="SET gpuivf.device = gpu;"
 
 # --------------------------------------------------------- single node
@@ -81,7 +88,7 @@ if [ "$MODE" != citus ]; then
 	start_server single $PS "shared_preload_libraries = 'gpuivf'" "gpuivf.devices = '0'"
 	sqlp $PS "CREATE EXTENSION gpuivf; $LOAD_SQL CREATE TABLE items (id bigint, v real[]);" || exit 1
 	T_COPY=$(timed $PS "$COPY_SQL VACUUM ANALYZE items; VACUUM ANALYZE queries;")
-	T_INDEX=$(timed $PS "$GPU $INDEX_SQL")
+	T_INDEX=$(build_index $PS "$GPU")
 	T_ANALYZE=$(timed $PS "ANALYZE items")
 	query_results $PS items "$GPU" "$W/r_single.txt" "$NQ"
 	R_SINGLE=$(recall "$W/r_single.txt")
@@ -111,9 +118,9 @@ if [ "$MODE" != single ]; then
 		CREATE TABLE items (id bigint, v real[]);
 		SELECT create_distributed_table('items', 'id', shard_count := $((GPUS * SHARDS_PER_WORKER)));" >/dev/null || exit 1
 	C_COPY=$(timed $PC "$COPY_SQL VACUUM ANALYZE items;")
-	C_INDEX=$(timed $PC "SET client_min_messages = warning; $INDEX_SQL")
+	C_INDEX=$(build_index $PC)
 	C_ANALYZE=$(timed $PC "ANALYZE items")
-	SHARDS=$(sqlp $PC "SELECT string_agg(format('shard %s on port %s: %s lists, %s probes (%s)', shardid, nodeport, i->>'lists', i->'probes'->>'in_use', i->'probes'->>'target_source'), '; ') FROM (SELECT shardid, nodeport, result::jsonb i FROM run_command_on_shards('items', \$\$SELECT gpuivf_index_info(x.indexrelid) FROM pg_index x WHERE x.indrelid = '%1\$s'::regclass\$\$) JOIN citus_shards USING (shardid)) s")
+	SHARDS=$(sqlp $PC "SELECT string_agg(format('shard %s on port %s: %s lists, %s probes (%s)', shardid, nodeport, i->>'lists', i->'probes'->>'in_use', coalesce(i->'probes'->>'target_source', 'gpuivf.target_recall')), '; ') FROM (SELECT shardid, nodeport, result::jsonb i FROM run_command_on_shards('items', \$\$SELECT gpuivf_index_info(x.indexrelid) FROM pg_index x WHERE x.indrelid = '%1\$s'::regclass\$\$) JOIN citus_shards USING (shardid)) s")
 	DEVICES=$(sqlp $PC "SELECT string_agg(format('port %s: %s', nodeport, result), '; ' ORDER BY nodeport) FROM run_command_on_workers(\$\$SELECT format('GPU %s (%s)', device, device_name) FROM gpuivf_stat\$\$)")
 	note "Citus: $GPUS workers, $((GPUS * SHARDS_PER_WORKER)) shards; COPY through the coordinator ${C_COPY}s, CREATE INDEX ${C_INDEX}s, ANALYZE ${C_ANALYZE}s"
 	note "  $SHARDS"
@@ -128,7 +135,7 @@ if [ "$MODE" != single ]; then
 
 	query_results $PC items "$GPU" "$W/r_citus.txt" "$NQ"
 	R_CITUS=$(recall "$W/r_citus.txt")
-	note "Citus recall@10 with the automatic probes (the index's target_recall 0.95 on every shard): $R_CITUS"
+	note "Citus recall@10 with the automatic probes (target 0.95 on every shard): $R_CITUS"
 	gq() { sqlp $PC "SELECT string_agg(result, ' ' ORDER BY nodeport) FROM run_command_on_workers('SELECT queries FROM gpuivf_stat')"; }
 	for c in $CLIENTS; do
 		g0=$(gq)

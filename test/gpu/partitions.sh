@@ -18,7 +18,7 @@
 # Prints a table last.
 #
 # On the GPU machine (nvidia-h200 or nvidia-h100-x1), from the repository
-# root, with the kit folder of test/gpu/run_device.sh:
+# root, with the kit folder of test/gpu/worker_end_to_end.sh:
 #   bash test/gpu/partitions.sh .device-worker
 # Environment: ROWS (1600000), PARTS (16), DIMS (128), NQ (1000), BENCH_S
 # (6), DEVS ("gpu").  About 4 minutes at 1.6M x 128 (5 with DEVS="gpu cpu").

@@ -17,7 +17,7 @@
 # machine would not share.
 #
 # On the GPU machine (nvidia-h200-x2 or nvidia-h100-x2), from the repository
-# root, with the kit folder of test/gpu/run_device.sh:
+# root, with the kit folder of test/gpu/worker_end_to_end.sh:
 #   bash test/gpu/replicas.sh .device-worker
 # Environment: ROWS (1000000), DIMS (128), NQ (1000), BENCH_S (6).
 # A dry run on the development machine with the CPU stand-in engine:
