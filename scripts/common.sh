@@ -80,6 +80,36 @@ build_and_install() {
 	fi
 }
 
+# ensure_vendored NAME CONTROL VAR: a PostgreSQL extension that Debian 12
+# does not package, installed into the PostgreSQL that PG_CONFIG names:
+# when its control file (CONTROL, without .control) is missing, it is built
+# from the source tarball NAME-*.tar.gz in ../shared/vendor next to the
+# checkout (GPUIVF_VENDOR_DIR overrides) with that folder's build.sh.  Sets
+# the variable VAR to the reason when the extension is not available
+# afterwards (the tests that need it report themselves skipped with it) and
+# exports it; never fails the caller.
+ensure_vendored() {
+	local name=$1 control=$2 var=$3 pg_config=$PG_BIN/pg_config vendor reason=
+	if [ -f "$("$pg_config" --sharedir)/extension/$control.control" ]; then
+		echo "$name: installed"
+	else
+		vendor=${GPUIVF_VENDOR_DIR:-$REPO/../shared/vendor}
+		if [ ! -f "$vendor/build.sh" ] || ! ls "$vendor/$name"-*.tar.gz >/dev/null 2>&1; then
+			reason="$name is not installed in $("$pg_config" --bindir)/.. and there is no $name source in $vendor to build it from"
+		elif ! is_root && [ ! -w "$("$pg_config" --pkglibdir)" ]; then
+			reason="$name is not installed and installing it into $("$pg_config" --pkglibdir) needs root"
+		else
+			echo "$name: building it from $vendor"
+			PG_CONFIG=$pg_config bash "$vendor/build.sh" "$name" ||
+				reason="$name is not installed and building it from $vendor failed (see above)"
+		fi
+		[ -n "$reason" ] && echo "$name: not available ($reason); the tests that need it report themselves skipped"
+	fi
+	printf -v "$var" '%s' "$reason"
+	export "${var?}"
+	return 0
+}
+
 # make_pg_dir VAR: a new directory owned by pg_user, its path stored in VAR
 # (not printed: a command substitution would run in a subshell and the
 # directory would escape cleanup_all, which removes it at exit).

@@ -64,6 +64,13 @@ _PG_init(void)
     add_bool_reloption(gpuivf_relopt_kind, "rerank",
                        "Store full vectors and re-rank PQ candidates with exact distances",
                        GPUIVF_DEFAULT_RERANK, AccessExclusiveLock);
+    /* read by every scan from the relcache; it changes no page, so ALTER
+     * INDEX ... SET (target_recall) waits for no query (the default, outside
+     * the range, means "not set") */
+    add_real_reloption(gpuivf_relopt_kind, "target_recall",
+                       "Recall that scans of this index aim for when gpuivf.probes = 0 "
+                       "(overrides gpuivf.target_recall)",
+                       GPUIVF_TARGET_UNSET, 0.0, 1.0, ShareUpdateExclusiveLock);
 
     DefineCustomIntVariable("gpuivf.probes",
                             "Number of lists probed by a gpuivf scan (0 = automatic).",
@@ -85,7 +92,8 @@ _PG_init(void)
     DefineCustomRealVariable("gpuivf.target_recall",
                              "Recall@10 that gpuivf scans aim for when gpuivf.probes = 0.",
                              "Each scan probes the fewest lists whose recall, as measured by "
-                             "ANALYZE, meets this target.",
+                             "ANALYZE, meets this target.  An index's target_recall option "
+                             "overrides it for that index.",
                              &gpuivf_target_recall, 0.95, 0.0, 1.0,
                              PGC_USERSET, 0, NULL, NULL, NULL);
     DefineCustomIntVariable("gpuivf.analyze_sample",
@@ -132,6 +140,7 @@ gpuivfoptions(Datum reloptions, bool validate)
         {"pq_m", RELOPT_TYPE_INT, offsetof(GpuivfOptions, pq_m)},
         {"pq_bits", RELOPT_TYPE_INT, offsetof(GpuivfOptions, pq_bits)},
         {"rerank", RELOPT_TYPE_BOOL, offsetof(GpuivfOptions, rerank)},
+        {"target_recall", RELOPT_TYPE_REAL, offsetof(GpuivfOptions, target_recall)},
     };
     GpuivfOptions *opts;
 
@@ -162,8 +171,40 @@ GpuivfGetOptions(Relation index)
         opts->pq_m = 0;
         opts->pq_bits = GPUIVF_DEFAULT_PQ_BITS;
         opts->rerank = GPUIVF_DEFAULT_RERANK;
+        opts->target_recall = GPUIVF_TARGET_UNSET;
     }
     return opts;
+}
+
+/*
+ * The recall target of an index's scans (gpuivf.h).  An option set on the
+ * index wins over the setting, whatever set the setting: the option travels
+ * with the index to every session, connection pool and shard, where a
+ * session's SET does not reach, and an object's own setting overriding the
+ * general one is PostgreSQL's rule (a tablespace's random_page_cost, a
+ * table's autovacuum options).
+ */
+double
+GpuivfTargetRecall(Relation index, int *source)
+{
+    GpuivfOptions *opts = (GpuivfOptions *) index->rd_options;
+
+    if (opts != NULL && opts->target_recall >= 0.0)
+    {
+        if (source)
+            *source = GPUIVF_TARGET_INDEX;
+        return opts->target_recall;
+    }
+    if (source)
+        *source = GPUIVF_TARGET_SETTING;
+    return gpuivf_target_recall;
+}
+
+/* Where a target came from, as EXPLAIN and gpuivf_index_info say it. */
+const char *
+GpuivfTargetSourceName(int source)
+{
+    return source == GPUIVF_TARGET_INDEX ? "index option" : "gpuivf.target_recall";
 }
 
 extern "C" {

@@ -80,6 +80,8 @@ extern "C" {
 #include "access/xact.h"
 #include "access/xloginsert.h"
 #include "catalog/index.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_amop.h"
 #include "catalog/pg_amproc.h"
 #include "catalog/pg_class.h"
@@ -92,10 +94,12 @@ extern "C" {
 #include "commands/progress.h"
 #include "commands/vacuum.h"
 #include "common/hashfn.h"
+#include "common/int.h"
 #include "common/pg_prng.h"
 #include "executor/executor.h"
 #include "executor/tuptable.h"
 #include "fmgr.h"
+#include "foreign/foreign.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "nodes/execnodes.h"
@@ -106,6 +110,7 @@ extern "C" {
 #include "optimizer/optimizer.h"
 #include "optimizer/plancat.h"
 #include "optimizer/planner.h"
+#include "parser/parsetree.h"
 #include "portability/instr_time.h"
 #include "pgstat.h"
 #include "storage/bufmgr.h"
@@ -117,6 +122,7 @@ extern "C" {
 #include "utils/array.h"
 #include "utils/backend_progress.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/fmgrprotos.h"
 #include "utils/guc.h"
 #include "utils/jsonb.h"
@@ -378,11 +384,24 @@ typedef struct GpuivfOptions
     int         pq_m;           /* 0 = automatic */
     int         pq_bits;        /* 4 or 8 */
     bool        rerank;
+    double      target_recall;  /* GPUIVF_TARGET_UNSET: gpuivf.target_recall */
 } GpuivfOptions;
+
+#define GPUIVF_TARGET_UNSET         (-1.0)
+
+/* where the recall target of a scan comes from */
+#define GPUIVF_TARGET_SETTING   0   /* gpuivf.target_recall */
+#define GPUIVF_TARGET_INDEX     1   /* the index option target_recall */
 
 /* gpuivf.cpp: handler, _PG_init, settings, reloptions */
 bytea      *gpuivfoptions(Datum reloptions, bool validate);
 GpuivfOptions *GpuivfGetOptions(Relation index);
+/* The recall target of scans of an index: its target_recall option, which
+ * overrides gpuivf.target_recall (like a tablespace's random_page_cost
+ * overrides the setting), else the setting.  *source (may be NULL):
+ * GPUIVF_TARGET_INDEX or GPUIVF_TARGET_SETTING. */
+double      GpuivfTargetRecall(Relation index, int *source);
+const char *GpuivfTargetSourceName(int source);   /* "index option", "gpuivf.target_recall" */
 /* ------------------------------------------------------ entry points */
 
 /* gpuivf.cpp: the handler and module entry points */

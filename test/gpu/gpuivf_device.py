@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Helpers of test/gpu/worker_end_to_end.sh (numpy only).
+"""Helpers of test/gpu/worker_end_to_end.sh and the scripts on test/gpu/cluster_lib.sh (numpy only).
 
-  gen OUTDIR ROWS DIMS NQ     clustered vectors as PostgreSQL binary COPY files:
+  gen OUTDIR ROWS DIMS NQ [K] clustered vectors as PostgreSQL binary COPY files:
                               OUTDIR/base.bin (id bigint, v real[]),
-                              OUTDIR/queries.bin (qid bigint, v real[])
+                              OUTDIR/queries.bin (qid bigint, v real[]); with K,
+                              also OUTDIR/gt.txt, every query's exact top-K (L2)
+                              as "qid|{ids}|{distances}" lines
   compare A B                 two files of "qid|{ids}|{distances}" lines: how many
                               queries have identical ids (in order), identical id
                               sets, and the max distance difference
@@ -45,15 +47,43 @@ def copy_binary(path, ids, x, id_type):
         f.write(struct.pack('>h', -1))
 
 
-def gen(outdir, n, d, nq):
+def exact_topk(base, qs, k, chunk=200000):
+    """Ids and L2 distances of every query's k nearest rows (row numbers):
+    squared distances by GEMM per chunk of rows, the chunk's k best kept,
+    the final k re-scored exactly in float64."""
+    qn = (qs.astype(np.float64) ** 2).sum(1)[:, None]
+    best_i = np.zeros((len(qs), 0), dtype=np.int64)
+    best_d = np.zeros((len(qs), 0), dtype=np.float64)
+    for s in range(0, len(base), chunk):
+        x = base[s:s + chunk]
+        d = qn - 2.0 * (qs @ x.T).astype(np.float64) + (x.astype(np.float64) ** 2).sum(1)[None, :]
+        kk = min(k, d.shape[1])
+        part = np.argpartition(d, kk - 1, axis=1)[:, :kk]
+        best_i = np.concatenate([best_i, part + s], axis=1)
+        best_d = np.concatenate([best_d, np.take_along_axis(d, part, 1)], axis=1)
+        keep = np.argsort(best_d, axis=1, kind='stable')[:, :k]
+        best_i = np.take_along_axis(best_i, keep, 1)
+        best_d = np.take_along_axis(best_d, keep, 1)
+    exact = np.sqrt(((base[best_i].astype(np.float64) - qs[:, None, :].astype(np.float64)) ** 2).sum(2))
+    order = np.argsort(exact, axis=1, kind="stable")
+    return np.take_along_axis(best_i, order, 1), np.take_along_axis(exact, order, 1)
+
+
+def gen(outdir, n, d, nq, k=0):
     rng = np.random.default_rng(20261121)
-    k = 1000
-    centers = rng.normal(0.0, 1.0, size=(k, d)).astype(np.float32)
+    nc = 1000
+    centers = rng.normal(0.0, 1.0, size=(nc, d)).astype(np.float32)
     scale = 0.35
-    base = centers[rng.integers(0, k, size=n)] + rng.normal(0.0, scale, size=(n, d)).astype(np.float32)
-    qs = centers[rng.integers(0, k, size=nq)] + rng.normal(0.0, scale, size=(nq, d)).astype(np.float32)
+    base = centers[rng.integers(0, nc, size=n)] + rng.normal(0.0, scale, size=(n, d)).astype(np.float32)
+    qs = centers[rng.integers(0, nc, size=nq)] + rng.normal(0.0, scale, size=(nq, d)).astype(np.float32)
     copy_binary(outdir + '/base.bin', np.arange(n, dtype=np.int64), base.astype(np.float32), 'int8')
     copy_binary(outdir + '/queries.bin', np.arange(nq, dtype=np.int64), qs.astype(np.float32), 'int8')
+    if k > 0:
+        ids, dist = exact_topk(base, qs, k)
+        with open(outdir + '/gt.txt', 'w') as f:
+            for q in range(nq):
+                f.write('%d|{%s}|{%s}\n' % (q, ','.join(str(i) for i in ids[q]),
+                                             ','.join(repr(float(x)) for x in dist[q])))
 
 
 def read_results(path):
@@ -129,7 +159,8 @@ def truth(gt_path, dist_path, n):
 if __name__ == '__main__':
     cmd = sys.argv[1]
     if cmd == 'gen':
-        gen(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+        gen(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
+            int(sys.argv[6]) if len(sys.argv) > 6 else 0)
     elif cmd == 'compare':
         compare(sys.argv[2], sys.argv[3])
     elif cmd == 'recall':

@@ -31,7 +31,7 @@ our @EXPORT = qw(
   read_fvecs read_ivecs vec_literal knn_ids recall_at index_info index_lists list_sizes
   exact_settings assert_index_scan shared_data_dir start_pgbench finish_pgbench
   metric_operator metric_opclass count_via_index poll_until fake_gpu_engine fake_gpu_node worker_stat
-  grouped_items_sql worker_knn_pgbench
+  grouped_items_sql worker_knn_pgbench knn_answer count_same
 );
 
 # The repository root: this file is test/perl/GpuivfTest.pm.
@@ -304,6 +304,34 @@ sub index_info
 	return \%info;
 }
 
+# The $k nearest rows of $table to the vector literal $q as
+# "id:distance,..." (nearest first, ties by id), for comparing answers
+# between tables, servers and engines:
+#   settings => "SET ...;", where => "tenant_id = 2", dbname
+sub knn_answer
+{
+	my ($node, $table, $q, $k, %o) = @_;
+	my $where = $o{where} ? "WHERE $o{where}" : '';
+	return $node->safe_psql($o{dbname} // 'postgres', ($o{settings} // '') . qq{
+		SELECT string_agg(id || ':' || d, ',' ORDER BY d, id) FROM (
+			SELECT id, v <-> $q AS d FROM $table $where ORDER BY v <-> $q LIMIT $k) s});
+}
+
+# For i in 0 .. $n - 1, compares $fa->(i) with $fb->(i): (how many were
+# equal, the first difference) — e.g. two knn_answer()s per query.
+sub count_same
+{
+	my ($n, $fa, $fb) = @_;
+	my ($same, $diff) = (0, '');
+	for my $i (0 .. $n - 1)
+	{
+		my ($a, $b) = ($fa->($i), $fb->($i));
+		if ($a eq $b) { $same++ }
+		elsif ($diff eq '') { $diff = "query $i: $a vs $b" }
+	}
+	return ($same, $diff);
+}
+
 # Number of lists of an index (what gpuivf.probes must be for exact mode).
 sub index_lists
 {
@@ -395,11 +423,12 @@ sub fake_gpu_engine
 }
 
 # A started node whose GPU workers run the CPU stand-in engine $fake;
-# $extra_conf adds settings (gpuivf.devices, max_connections, ...).
+# $extra_conf adds settings (gpuivf.devices, max_connections, ...);
+# allows_streaming => 1 makes it a primary a standby can stream from.
 sub fake_gpu_node
 {
-	my ($name, $fake, $extra_conf) = @_;
-	return gpuivf_node($name, conf => qq(
+	my ($name, $fake, $extra_conf, %opts) = @_;
+	return gpuivf_node($name, allows_streaming => $opts{allows_streaming}, conf => qq(
 shared_preload_libraries = 'gpuivf'
 gpuivf.engine_library = '$fake'
 log_min_messages = log

@@ -134,7 +134,7 @@ my ($ret, $out, $err) = $node->psql('postgres', qq{
 	SELECT gpuivf_index_info('items_codes_idx')->'probes'->>'target_reached'});
 is($ret, 0, 'unreachable target: queries run');
 like($out, qr/false$/, 'unreachable target: target_reached is false');
-my @notices = ($err =~ /NOTICE:  gpuivf.target_recall 1.000 is above the best recall/g);
+my @notices = ($err =~ /NOTICE:  recall target 1.000 of index "items_codes_idx" \(gpuivf.target_recall\) is above the best recall/g);
 is(scalar(@notices), 1, 'unreachable target: said once per backend, in a NOTICE')
   or diag($err);
 $node->safe_psql('postgres', 'DROP INDEX items_codes_idx');

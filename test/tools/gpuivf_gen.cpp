@@ -23,6 +23,20 @@
  * Independent random streams (rotation, centres, base, queries) mean that
  * changing --queries does not change the base rows and vice versa.
  *
+ * Queries from another distribution than the rows (--query-clusters,
+ * --query-spread, --query-shift, --query-first): the workloads whose recall
+ * a row-based calibration mispredicts, e.g. text queries against image
+ * embeddings or questions against passages.  The queries then come from a
+ * random subset of the clusters (uniform over the subset, not Zipf), with
+ * their own spread (the cluster's sigma times --query-spread), all moved by
+ * one fixed offset drawn like a centre (--query-shift times
+ * center_scale * s_i * N(0,1), in the intrinsic basis: along the directions
+ * the data varies in, so that it changes which lists hold a query's
+ * neighbours).  The subset and the offset come from a stream of their own:
+ * the base rows stay the same, and --query-first lets two calls write
+ * disjoint query sets of the same distribution (e.g. recorded queries and
+ * held-out ones).
+ *
  * Usage: gpuivf_gen --help
  */
 #include <algorithm>
@@ -53,6 +67,11 @@ struct Options {
     int64_t null_every = 0; /* every n-th base row is NULL (COPY outputs only) */
     std::string input;      /* convert this fvecs/bvecs file instead of generating */
     int64_t limit = 0;
+    /* queries from another distribution (0 / 1 / 0: the rows' mixture) */
+    int64_t query_clusters = 0; /* draw queries from this many random clusters */
+    double query_spread = 1.0;  /* their spread: sigma_k times this */
+    double query_shift = 0.0;   /* one fixed offset, in units of the centres' scale */
+    int64_t query_first = 0;    /* skip this many queries of the stream first */
 };
 
 void usage() {
@@ -77,6 +96,14 @@ void usage() {
         "  --null-every K      make every K-th base row's vector NULL in COPY output\n"
         "  --input PATH        convert this .fvecs/.bvecs file to the --base outputs\n"
         "  --limit N           with --input: at most N rows\n"
+        "Queries from another distribution than the rows (the base rows do not change):\n"
+        "  --query-clusters N  draw queries from N random clusters only (default 0: all,\n"
+        "                      with the rows' Zipf shares)\n"
+        "  --query-spread F    queries spread F times as much around their centre (default 1)\n"
+        "  --query-shift F     move every query by one fixed offset drawn like a centre,\n"
+        "                      times F (default 0)\n"
+        "  --query-first I     start at query I of the stream, so that two calls write\n"
+        "                      disjoint query sets of one distribution (default 0)\n"
         "COPY rows are (id bigint, v real[]): text lines are id<TAB>{x1,x2,...}.\n",
         stdout);
 }
@@ -126,6 +153,14 @@ bool parse_args(int argc, char **argv, Options *o) {
         else if (a == "--null-every") ok = parse_int(v, &o->null_every) && o->null_every >= 0;
         else if (a == "--input") o->input = v;
         else if (a == "--limit") ok = parse_int(v, &o->limit) && o->limit >= 0;
+        else if (a == "--query-clusters") ok = parse_int(v, &o->query_clusters) && o->query_clusters >= 0;
+        else if (a == "--query-spread") {
+            o->query_spread = std::atof(v);
+            ok = o->query_spread > 0;
+        } else if (a == "--query-shift") {
+            o->query_shift = std::atof(v);
+            ok = o->query_shift >= 0;
+        } else if (a == "--query-first") ok = parse_int(v, &o->query_first) && o->query_first >= 0;
         else {
             std::fprintf(stderr, "gpuivf_gen: unknown option %s (see --help)\n", a.c_str());
             return false;
@@ -236,13 +271,64 @@ struct Mixture {
 
     /* One row of the mixture, rotated, into out (tmp: d floats of scratch). */
     void sample(testrng::Rng &rng, float *tmp, float *out) const {
-        const int64_t k = pick_cluster(rng);
+        sample_of(pick_cluster(rng), 1.0f, nullptr, rng, tmp, out);
+    }
+
+    /* One row of cluster k with its spread times f, moved by offset (NULL:
+     * none, intrinsic basis), rotated. */
+    void sample_of(int64_t k, float f, const float *offset, testrng::Rng &rng, float *tmp,
+                   float *out) const {
         const float *c = &centres[(size_t)k * d];
-        const float sigma = spread[k];
-        for (int i = 0; i < d; i++) tmp[i] = c[i] + sigma * scale[i] * (float)rng.normal();
+        const float sigma = spread[k] * f;
+        for (int i = 0; i < d; i++)
+            tmp[i] = c[i] + sigma * scale[i] * (float)rng.normal() + (offset ? offset[i] : 0.0f);
         rotate(rotation, d, tmp, out);
     }
 };
+
+/* The query distribution: the rows' mixture, or (any --query-* option) a
+ * subset of its clusters, another spread and an offset. */
+struct QueryDistribution {
+    bool other = false;
+    std::vector<int64_t> clusters; /* the subset; empty: Zipf over all */
+    std::vector<float> offset;     /* intrinsic basis; empty: none */
+    float spread = 1.0f;
+
+    void sample(const Mixture &m, testrng::Rng &rng, float *tmp, float *out) const {
+        if (!other) {
+            m.sample(rng, tmp, out);
+            return;
+        }
+        int64_t k = clusters.empty()
+            ? m.pick_cluster(rng)
+            : clusters[std::min<size_t>((size_t)(rng.uniform() * clusters.size()), clusters.size() - 1)];
+        m.sample_of(k, spread, offset.empty() ? nullptr : offset.data(), rng, tmp, out);
+    }
+};
+
+QueryDistribution make_query_distribution(const Options &o, const Mixture &m) {
+    QueryDistribution q;
+    const int64_t nclusters = (int64_t)m.spread.size();
+    q.other = o.query_clusters > 0 || o.query_spread != 1.0 || o.query_shift > 0;
+    q.spread = (float)o.query_spread;
+    testrng::Rng rng(o.seed, 5);
+    if (o.query_clusters > 0 && o.query_clusters < nclusters) {
+        /* a partial Fisher-Yates shuffle picks the subset */
+        std::vector<int64_t> all(nclusters);
+        for (int64_t k = 0; k < nclusters; k++) all[k] = k;
+        for (int64_t i = 0; i < o.query_clusters; i++) {
+            int64_t j = i + std::min<int64_t>((int64_t)(rng.uniform() * (nclusters - i)), nclusters - i - 1);
+            std::swap(all[i], all[j]);
+        }
+        q.clusters.assign(all.begin(), all.begin() + o.query_clusters);
+    }
+    if (o.query_shift > 0) {
+        q.offset.resize(m.d);
+        for (int i = 0; i < m.d; i++)
+            q.offset[i] = (float)(o.query_shift * o.center_scale * m.scale[i] * rng.normal());
+    }
+    return q;
+}
 
 Mixture make_mixture(const Options &o) {
     Mixture m;
@@ -310,12 +396,13 @@ int generate(const Options &o) {
         if (!out.close()) return 1;
     }
     if (!o.query_paths.empty()) {
+        const QueryDistribution qd = make_query_distribution(o, mix);
         Outputs out;
         if (!out.open(o.query_paths, o.format, o.dims)) return 1;
         testrng::Rng rng(o.seed, 4);
-        for (int64_t r = 0; r < o.queries; r++) {
-            mix.sample(rng, tmp.data(), row.data());
-            out.write(r, row.data(), false);
+        for (int64_t r = 0; r < o.query_first + o.queries; r++) {
+            qd.sample(mix, rng, tmp.data(), row.data());
+            if (r >= o.query_first) out.write(r - o.query_first, row.data(), false);
         }
         if (!out.close()) return 1;
     }

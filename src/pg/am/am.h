@@ -65,6 +65,8 @@ typedef struct GpuivfScanStats
     int64       k_sum;          /* rows asked of round 1 */
     int64       probes_sum;     /* nprobe of round 1 */
     int         probe_source;   /* GPUIVF_PROBES_* of the last scan */
+    double      target_recall;  /* the recall target of the last scan */
+    int         target_source;  /* GPUIVF_TARGET_* of it */
     int64       exact;          /* scans answered exactly */
     int64       reranked;       /* candidates re-ranked exactly, all rounds */
     int64       on_gpu;         /* scans answered by the GPU worker */

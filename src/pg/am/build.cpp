@@ -831,6 +831,40 @@ BuildTrained(GpuivfBuildState *bs, IndexInfo *indexInfo, double *reltuples)
     GpuivfAddSeconds(&bs->t_lists, &bs->phase_start);
 }
 
+/*
+ * Is the table a Citus distributed or reference table (a row of Citus's
+ * pg_dist_partition)?  Its rows live in shards on the workers, each with its
+ * own index, and the coordinator's table stays empty: the empty index there
+ * is no reason for a NOTICE.  Read without depending on Citus: nothing is
+ * found where the catalog does not exist.
+ */
+static bool
+IsCitusTable(Oid relid)
+{
+    Oid         catalog = get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE);
+    Relation    rel;
+    ScanKeyData key;
+    SysScanDesc scan;
+    bool        found;
+
+    if (!OidIsValid(catalog))
+        return false;
+    rel = table_open(catalog, AccessShareLock);
+    /* its first column, logicalrelid, is the table's regclass */
+    if (RelationGetDescr(rel)->natts < 1 ||
+        TupleDescAttr(RelationGetDescr(rel), 0)->atttypid != REGCLASSOID)
+    {
+        table_close(rel, AccessShareLock);
+        return false;
+    }
+    ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(relid));
+    scan = systable_beginscan(rel, InvalidOid, false, NULL, 1, &key);
+    found = HeapTupleIsValid(systable_getnext(scan));
+    systable_endscan(scan);
+    table_close(rel, AccessShareLock);
+    return found;
+}
+
 /* The heap has no vector: an untrained index that REINDEX will train. */
 static void
 BuildUntrained(GpuivfBuildState *bs)
@@ -839,6 +873,8 @@ BuildUntrained(GpuivfBuildState *bs)
 
     FillUntrainedMeta(bs->index, bs->opts, &meta);
     GpuivfBuildPutMeta(bs->index, bs->forknum, &meta);
+    if (IsCitusTable(RelationGetRelid(bs->heap)))
+        return;
     ereport(NOTICE,
             (errmsg("gpuivf index \"%s\" is not trained because the table has no vectors",
                     RelationGetRelationName(bs->index)),

@@ -58,7 +58,7 @@ OpenGpuivfIndex(Oid relid, Relation *heap)
  * The recall curve ANALYZE measured and the nprobe
  * scans use now: "calibration" (null when never measured) and "probes"
  * {"in_use", "source": "setting" | "curve" | "automatic", "target_recall",
- * "target_reached"}.
+ * "target_source": "index option" | "gpuivf.target_recall", "target_reached"}.
  */
 static void
 AppendCalibration(StringInfo json, Relation index, const GpuivfMetaPageData *meta)
@@ -83,8 +83,9 @@ AppendCalibration(StringInfo json, Relation index, const GpuivfMetaPageData *met
         appendStringInfoString(json, "]}, ");
     }
     appendStringInfo(json, "\"probes\": {\"in_use\": %d, \"source\": \"%s\", "
-                     "\"target_recall\": %.4f, \"target_reached\": %s}",
+                     "\"target_recall\": %.4f, \"target_source\": \"%s\", \"target_reached\": %s}",
                      probes.nprobe, GpuivfProbeSourceName(probes.source, true), probes.target,
+                     GpuivfTargetSourceName(probes.target_source),
                      probes.curve_nprobe > 0 ? (probes.target_reached ? "true" : "false") : "null");
 }
 

@@ -682,6 +682,7 @@ GpuivfStartScan(IndexScanDesc scan)
     so->nlist = GpuivfMetaIsTrained(&so->meta) ? (int) so->meta.lists : 0;
 
     source = GpuivfMakeQuery(index, &so->meta, so->limit_hint, so->filter_sel, so->query, &so->q);
+    so->stats.target_recall = GpuivfTargetRecall(index, &so->stats.target_source);
     so->exact = GpuivfQueryIsExact(&so->meta, &so->q);
     so->stats.scans++;
     so->stats.k_sum += so->q.k;

@@ -1,8 +1,10 @@
 /*
  * planner/batch_node.cpp — the GpuivfBatchKnn custom scan (planner.h): reads
  * a nested loop's outer rows ahead in chunks, answers the LATERAL kNN search
- * of every row of a chunk with one GpuivfSearchBatch call, and offers each
- * row's round 1 to the inner scan as the row is returned.
+ * of every row of a chunk with one GpuivfSearchBatch call per index (one
+ * index for a table, one per partition's scan for a partitioned table), and
+ * offers each row's round 1 on every index to the inner scans as the row is
+ * returned.
  */
 #include "gpuivf.h"
 #include "planner/planner.h"
@@ -11,14 +13,29 @@
 
 /* ========================================================= GpuivfBatchKnn */
 
+/* One index the inner side scans (a partition's, or the table's): its
+ * round-1 queries and answers for the current chunk. */
+typedef struct BatchIndex
+{
+    Oid         indexoid;
+    Relation    index;          /* opened at the first chunk */
+    int         filter_ppm;
+    uint64      generation;
+    int         dims;
+    GpuivfQuery *queries;       /* per row; vector NULL: not searched */
+    GpuivfHit **hits;
+    int        *nhits;
+    bool        chunk_on_gpu;   /* the chunk's search ran on the GPU */
+    int         chunk_batch;    /* queries in the chunk's search */
+} BatchIndex;
+
 typedef struct BatchState
 {
     CustomScanState css;
     PlanState  *child;          /* the nested loop's outer side */
-    Oid         indexoid;
-    Relation    index;          /* opened at the first chunk */
+    int         nindexes;
+    BatchIndex *indexes;
     bool        with_ties;
-    int         filter_ppm;
     int         nparams;
     int        *paramnos;
     AttrNumber *attnos;
@@ -35,13 +52,6 @@ typedef struct BatchState
     int         pos;
     bool        child_done;
     int         chunk_target;
-    GpuivfQuery *queries;       /* per row; vector NULL: not searched */
-    GpuivfHit **hits;
-    int        *nhits;
-    uint64      generation;
-    int         dims;
-    bool        chunk_on_gpu;   /* the chunk's search ran on the GPU */
-    int         chunk_batch;    /* queries in the chunk's search */
 
     /* EXPLAIN ANALYZE */
     int64       batches;
@@ -91,19 +101,26 @@ BatchBegin(CustomScanState *node, EState *estate, int eflags)
     CustomScan *cscan = (CustomScan *) node->ss.ps.plan;
     Plan       *child_plan = (Plan *) linitial(cscan->custom_plans);
     List       *priv = cscan->custom_private;
+    int         params_at;
 
     bs->child = ExecInitNode(child_plan, estate, eflags);
     node->custom_ps = lappend(NIL, bs->child);
-    bs->indexoid = (Oid) list_nth_int(priv, BATCH_INDEXOID);
     bs->with_ties = list_nth_int(priv, BATCH_WITH_TIES) != 0;
-    bs->filter_ppm = list_nth_int(priv, BATCH_FILTER_PPM);
-    bs->nparams = (list_length(priv) - BATCH_PARAMS) / 2;
+    bs->nindexes = list_nth_int(priv, BATCH_NINDEXES);
+    bs->indexes = (BatchIndex *) palloc0(sizeof(BatchIndex) * bs->nindexes);
+    for (int j = 0; j < bs->nindexes; j++)
+    {
+        bs->indexes[j].indexoid = (Oid) list_nth_int(priv, BATCH_INDEXES + 2 * j);
+        bs->indexes[j].filter_ppm = list_nth_int(priv, BATCH_INDEXES + 2 * j + 1);
+    }
+    params_at = BATCH_INDEXES + 2 * bs->nindexes;
+    bs->nparams = (list_length(priv) - params_at) / 2;
     bs->paramnos = (int *) palloc(sizeof(int) * Max(bs->nparams, 1));
     bs->attnos = (AttrNumber *) palloc(sizeof(AttrNumber) * Max(bs->nparams, 1));
     for (int i = 0; i < bs->nparams; i++)
     {
-        bs->paramnos[i] = list_nth_int(priv, BATCH_PARAMS + 2 * i);
-        bs->attnos[i] = (AttrNumber) list_nth_int(priv, BATCH_PARAMS + 2 * i + 1);
+        bs->paramnos[i] = list_nth_int(priv, params_at + 2 * i);
+        bs->attnos[i] = (AttrNumber) list_nth_int(priv, params_at + 2 * i + 1);
     }
     bs->arg_state = ExecInitExpr((Expr *) linitial(cscan->custom_exprs), &node->ss.ps);
     bs->count_state = ExecInitExpr((Expr *) lsecond(cscan->custom_exprs), &node->ss.ps);
@@ -126,19 +143,19 @@ BatchBegin(CustomScanState *node, EState *estate, int eflags)
 }
 
 /*
- * The query vector of the outer row in slot as the inner scan will see it,
- * copied into the chunk context, or NULL when that scan returns no rows or
- * raises an error (NULL, wrong shape, NaN, other dims): then it searches
- * itself, as in a plain nested loop.
+ * The query vector of the outer row as the inner scans will see it, copied
+ * into the chunk context (its length in *n), or NULL when a scan returns no
+ * rows or raises an error for it (NULL, wrong shape, NaN): then the scans
+ * search themselves, as in a plain nested loop.  A vector of other
+ * dimensions than an index's is not searched on that index (LoadChunk).
  */
 static float4 *
-RowQueryVector(BatchState *bs, TupleTableSlot *slot)
+RowQueryVector(BatchState *bs, int *n)
 {
     ExprContext *econtext = bs->css.ss.ps.ps_ExprContext;
     bool        isnull;
     Datum       d;
     ArrayType  *array;
-    int         n;
     const float4 *x;
     float4     *copy;
     MemoryContext oldcxt;
@@ -152,23 +169,71 @@ RowQueryVector(BatchState *bs, TupleTableSlot *slot)
     MemoryContextSwitchTo(oldcxt);
     if (ARR_ELEMTYPE(array) != FLOAT4OID || ARR_NDIM(array) != 1 || ARR_HASNULL(array))
         return NULL;
-    n = ArrayGetNItems(ARR_NDIM(array), ARR_DIMS(array));
-    if (n <= 0 || n != bs->dims)
+    *n = ArrayGetNItems(ARR_NDIM(array), ARR_DIMS(array));
+    if (*n <= 0)
         return NULL;
     x = (const float4 *) ARR_DATA_PTR(array);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < *n; i++)
         if (!std::isfinite(x[i]))
             return NULL;
-    copy = (float4 *) MemoryContextAlloc(bs->chunk_ctx, sizeof(float4) * n);
-    memcpy(copy, x, sizeof(float4) * n);
-    (void) slot;
+    copy = (float4 *) MemoryContextAlloc(bs->chunk_ctx, sizeof(float4) * *n);
+    memcpy(copy, x, sizeof(float4) * *n);
     return copy;
+}
+
+/* Answers one index's queries of the chunk with one GpuivfSearchBatch call. */
+static void
+SearchIndex(BatchState *bs, BatchIndex *bi, const GpuivfMetaPageData *meta)
+{
+    MemoryContext oldcxt = MemoryContextSwitchTo(bs->chunk_ctx);
+    GpuivfQuery *qs = (GpuivfQuery *) palloc(sizeof(GpuivfQuery) * Max(bs->nrows, 1));
+    int        *qrow = (int *) palloc(sizeof(int) * Max(bs->nrows, 1));
+    GpuivfHit **qhits;
+    int        *qnhits;
+    int         nq = 0;
+    GpuivfSearchStats st;
+    instr_time  start;
+    instr_time  elapsed;
+
+    for (int r = 0; r < bs->nrows; r++)
+        if (bi->queries[r].vector != NULL)
+        {
+            qs[nq] = bi->queries[r];
+            qrow[nq++] = r;
+        }
+    if (nq == 0)
+    {
+        MemoryContextSwitchTo(oldcxt);
+        return;
+    }
+    qhits = (GpuivfHit **) palloc0(sizeof(GpuivfHit *) * nq);
+    qnhits = (int *) palloc0(sizeof(int) * nq);
+    INSTR_TIME_SET_CURRENT(start);
+    GpuivfSearchBatch(bi->index, nq, qs, qhits, qnhits, &st, meta);
+    INSTR_TIME_SET_CURRENT(elapsed);
+    INSTR_TIME_SUBTRACT(elapsed, start);
+    MemoryContextSwitchTo(oldcxt);
+    for (int i = 0; i < nq; i++)
+    {
+        bi->hits[qrow[i]] = qhits[i];
+        bi->nhits[qrow[i]] = qnhits[i];
+    }
+    bs->batches++;
+    bs->searched += nq;
+    bs->max_batch = Max(bs->max_batch, nq);
+    bs->on_gpu += st.on_gpu ? 1 : 0;
+    bs->gpu_ms += st.gpu_ms;
+    bs->reranked += st.reranked;
+    bs->search_ms += INSTR_TIME_GET_MILLISEC(elapsed);
+    /* what each offer of this chunk carries */
+    bi->chunk_on_gpu = st.on_gpu;
+    bi->chunk_batch = nq;
 }
 
 /*
  * Reads the next chunk of outer rows into the tuplestore, computes each
- * row's round-1 query (its parameters set as the nested loop will set
- * them) and answers them all with one GpuivfSearchBatch call.
+ * row's round-1 query on every index (its parameters set as the nested loop
+ * will set them) and answers them with one GpuivfSearchBatch call per index.
  */
 static void
 LoadChunk(BatchState *bs)
@@ -176,39 +241,40 @@ LoadChunk(BatchState *bs)
     EState     *estate = bs->css.ss.ps.state;
     ExprContext *econtext = bs->css.ss.ps.ps_ExprContext;
     ParamExecData *prm = estate->es_param_exec_vals;
-    GpuivfMetaPageData meta;
+    GpuivfMetaPageData *metas;
     MemoryContext oldcxt;
     int         cap = bs->chunk_target;
-    int         nq = 0;
-    GpuivfQuery *qs;
-    int        *qrow;
-    GpuivfHit **qhits;
-    int        *qnhits;
-    GpuivfSearchStats st;
-    instr_time  start;
-    instr_time  elapsed;
 
     MemoryContextReset(bs->chunk_ctx);
     tuplestore_clear(bs->store);
     bs->nrows = 0;
     bs->pos = 0;
-    if (bs->index == NULL)
-        bs->index = index_open(bs->indexoid, AccessShareLock);
-    GpuivfReadMeta(bs->index, &meta);
-    bs->generation = meta.generation;
-    bs->dims = (int) meta.dims;
 
     oldcxt = MemoryContextSwitchTo(bs->chunk_ctx);
-    bs->queries = (GpuivfQuery *) palloc0(sizeof(GpuivfQuery) * cap);
-    bs->hits = (GpuivfHit **) palloc0(sizeof(GpuivfHit *) * cap);
-    bs->nhits = (int *) palloc0(sizeof(int) * cap);
-    qrow = (int *) palloc(sizeof(int) * cap);
+    metas = (GpuivfMetaPageData *) palloc(sizeof(GpuivfMetaPageData) * bs->nindexes);
+    for (int j = 0; j < bs->nindexes; j++)
+    {
+        BatchIndex *bi = &bs->indexes[j];
+
+        if (bi->index == NULL)
+            bi->index = index_open(bi->indexoid, AccessShareLock);
+        GpuivfReadMeta(bi->index, &metas[j]);
+        bi->generation = metas[j].generation;
+        bi->dims = (int) metas[j].dims;
+        bi->queries = (GpuivfQuery *) palloc0(sizeof(GpuivfQuery) * cap);
+        bi->hits = (GpuivfHit **) palloc0(sizeof(GpuivfHit *) * cap);
+        bi->nhits = (int *) palloc0(sizeof(int) * cap);
+    }
     MemoryContextSwitchTo(oldcxt);
 
     while (bs->nrows < cap)
     {
         TupleTableSlot *slot = ExecProcNode(bs->child);
         float4     *vector;
+        int         n = 0;
+        int64       count;
+        int64       offset;
+        bool        has;
 
         if (TupIsNull(slot))
         {
@@ -225,58 +291,32 @@ LoadChunk(BatchState *bs)
             p->value = slot_getattr(slot, bs->attnos[i], &p->isnull);
         }
         ResetExprContext(econtext);
-        vector = bs->dims > 0 ? RowQueryVector(bs, slot) : NULL;
+        vector = RowQueryVector(bs, &n);
         if (vector != NULL)
         {
-            int64       count;
-            int64       offset;
-            bool        has = EvalLimit(bs->count_state, bs->offset_state, econtext,
-                                        &count, &offset);
-            int64       hint = HintFromLimit(has, count, offset, bs->with_ties, bs->filter_ppm);
-            GpuivfQuery *q = &bs->queries[bs->nrows];
+            has = EvalLimit(bs->count_state, bs->offset_state, econtext, &count, &offset);
+            for (int j = 0; j < bs->nindexes; j++)
+            {
+                BatchIndex *bi = &bs->indexes[j];
+                int64       hint = HintFromLimit(has, count, offset, bs->with_ties, bi->filter_ppm);
+                GpuivfQuery *q = &bi->queries[bs->nrows];
 
-            GpuivfMakeQuery(bs->index, &meta, hint, bs->filter_ppm / 1e6, vector, q);
-            /* a limit of 0 runs no scan; an exact scan without a limit
-             * sorts everything itself */
-            if ((has && count <= 0) || (hint <= 0 && GpuivfQueryIsExact(&meta, q)))
-                q->vector = NULL;
-            else
-                qrow[nq++] = bs->nrows;
+                if (bi->dims <= 0 || n != bi->dims)
+                    continue;   /* that scan raises its error, or finds nothing */
+                GpuivfMakeQuery(bi->index, &metas[j], hint, bi->filter_ppm / 1e6, vector, q);
+                /* a limit of 0 runs no scan; an exact scan without a limit
+                 * sorts everything itself */
+                if ((has && count <= 0) || (hint <= 0 && GpuivfQueryIsExact(&metas[j], q)))
+                    q->vector = NULL;
+            }
         }
         bs->nrows++;
     }
     bs->rows_read += bs->nrows;
     bs->chunk_target = Min(bs->chunk_target * 2, GPUIVF_BATCH_MAX);
 
-    if (nq > 0)
-    {
-        oldcxt = MemoryContextSwitchTo(bs->chunk_ctx);
-        qs = (GpuivfQuery *) palloc(sizeof(GpuivfQuery) * nq);
-        qhits = (GpuivfHit **) palloc0(sizeof(GpuivfHit *) * nq);
-        qnhits = (int *) palloc0(sizeof(int) * nq);
-        for (int i = 0; i < nq; i++)
-            qs[i] = bs->queries[qrow[i]];
-        INSTR_TIME_SET_CURRENT(start);
-        GpuivfSearchBatch(bs->index, nq, qs, qhits, qnhits, &st, &meta);
-        INSTR_TIME_SET_CURRENT(elapsed);
-        INSTR_TIME_SUBTRACT(elapsed, start);
-        MemoryContextSwitchTo(oldcxt);
-        for (int i = 0; i < nq; i++)
-        {
-            bs->hits[qrow[i]] = qhits[i];
-            bs->nhits[qrow[i]] = qnhits[i];
-        }
-        bs->batches++;
-        bs->searched += nq;
-        bs->max_batch = Max(bs->max_batch, nq);
-        bs->on_gpu += st.on_gpu ? 1 : 0;
-        bs->gpu_ms += st.gpu_ms;
-        bs->reranked += st.reranked;
-        bs->search_ms += INSTR_TIME_GET_MILLISEC(elapsed);
-        /* what each offer of this chunk carries */
-        bs->chunk_on_gpu = st.on_gpu;
-        bs->chunk_batch = nq;
-    }
+    for (int j = 0; j < bs->nindexes; j++)
+        SearchIndex(bs, &bs->indexes[j], &metas[j]);
     tuplestore_rescan(bs->store);
 }
 
@@ -302,18 +342,20 @@ BatchExec(CustomScanState *node)
     }
     if (!tuplestore_gettupleslot(bs->store, true, false, bs->out_slot))
         elog(ERROR, "gpuivf batch lost an outer row");
-    if (bs->queries[bs->pos].vector != NULL)
+    GpuivfClearOffer();
+    for (int j = 0; j < bs->nindexes; j++)
     {
+        BatchIndex *bi = &bs->indexes[j];
         GpuivfSearchStats st;
 
+        if (bi->queries[bs->pos].vector == NULL)
+            continue;
         memset(&st, 0, sizeof(st));
-        st.on_gpu = bs->chunk_on_gpu;
-        st.batch_size = bs->chunk_batch;
-        GpuivfOfferRoundOne(bs->indexoid, bs->generation, &bs->queries[bs->pos], bs->dims,
-                            bs->hits[bs->pos], bs->nhits[bs->pos], &st);
+        st.on_gpu = bi->chunk_on_gpu;
+        st.batch_size = bi->chunk_batch;
+        GpuivfOfferRoundOne(bi->indexoid, bi->generation, &bi->queries[bs->pos], bi->dims,
+                            bi->hits[bs->pos], bi->nhits[bs->pos], &st);
     }
-    else
-        GpuivfClearOffer();
     bs->pos++;
     return bs->out_slot;
 }
@@ -327,8 +369,9 @@ BatchEnd(CustomScanState *node)
     ExecEndNode(bs->child);
     if (bs->store != NULL)
         tuplestore_end(bs->store);
-    if (bs->index != NULL)
-        index_close(bs->index, AccessShareLock);
+    for (int j = 0; j < bs->nindexes; j++)
+        if (bs->indexes[j].index != NULL)
+            index_close(bs->indexes[j].index, AccessShareLock);
 }
 
 /* Forgets the chunk and starts the outer side over. */
@@ -354,9 +397,25 @@ static void
 BatchExplain(CustomScanState *node, List *ancestors, ExplainState *es)
 {
     BatchState *bs = (BatchState *) node;
-    char       *name = get_rel_name(bs->indexoid);
 
-    ExplainPropertyText("Index", name ? name : "?", es);
+    if (bs->nindexes == 1)
+    {
+        char       *name = get_rel_name(bs->indexes[0].indexoid);
+
+        ExplainPropertyText("Index", name ? name : "?", es);
+    }
+    else
+    {
+        List       *names = NIL;
+
+        for (int j = 0; j < bs->nindexes; j++)
+        {
+            char       *name = get_rel_name(bs->indexes[j].indexoid);
+
+            names = lappend(names, name ? name : pstrdup("?"));
+        }
+        ExplainPropertyList("Indexes", names, es);
+    }
     if (!es->analyze)
     {
         ExplainPropertyInteger("Max Batch", "rows", GPUIVF_BATCH_MAX, es);

@@ -188,6 +188,25 @@ DeviceName(int64 on_gpu, int64 n)
     return on_gpu >= n ? "GPU" : "GPU and CPU";
 }
 
+/* EXPLAIN: the recall target the probes are chosen for, and where it comes
+ * from; text format as one line ("Target Recall: 0.950 (index option)") */
+static void
+ExplainTarget(double target, int source, ExplainState *es)
+{
+    if (es->format == EXPLAIN_FORMAT_TEXT)
+    {
+        /* what ExplainIndentText does (static in PostgreSQL 15) */
+        appendStringInfoSpaces(es->str, es->indent * 2);
+        appendStringInfo(es->str, "Target Recall: %.3f (%s)\n", target,
+                         GpuivfTargetSourceName(source));
+    }
+    else
+    {
+        ExplainPropertyFloat("Target Recall", NULL, target, 3, es);
+        ExplainPropertyText("Target From", GpuivfTargetSourceName(source), es);
+    }
+}
+
 /* EXPLAIN: what the scans did (ANALYZE), or where the rows asked come from. */
 static void
 KnnExplain(CustomScanState *node, List *ancestors, ExplainState *es)
@@ -204,6 +223,16 @@ KnnExplain(CustomScanState *node, List *ancestors, ExplainState *es)
                             es);
         if (ks->filter_ppm < 1000000)
             ExplainPropertyFloat("Filter Selectivity", NULL, ks->filter_ppm / 1e6, 4, es);
+        if (es->verbose && gpuivf_probes == 0)
+        {
+            /* the planner locked the index */
+            Relation    index = index_open(ks->indexoid, AccessShareLock);
+            int         source;
+            double      target = GpuivfTargetRecall(index, &source);
+
+            index_close(index, AccessShareLock);
+            ExplainTarget(target, source, es);
+        }
         return;
     }
     if (IsA(iss, IndexScanState) && iss->iss_ScanDesc != NULL)
@@ -219,6 +248,8 @@ KnnExplain(CustomScanState *node, List *ancestors, ExplainState *es)
     {
         ExplainPropertyFloat("Probes", NULL, (double) st->probes_sum / st->scans, 0, es);
         ExplainPropertyText("Probes From", GpuivfProbeSourceName(st->probe_source, false), es);
+        if (st->probe_source == GPUIVF_PROBES_CURVE)
+            ExplainTarget(st->target_recall, st->target_source, es);
     }
     ExplainPropertyFloat("Rows Asked", NULL, (double) st->k_sum / st->scans, 0, es);
     ExplainPropertyFloat("Re-ranked", NULL, (double) st->reranked / st->scans, 0, es);

@@ -20,12 +20,15 @@
  *  GpuivfBatchKnn  a custom scan put between a Nested Loop and its outer
  *                  child when the inner side is Limit -> GpuivfKnn -> Index
  *                  Scan ordered by a value computed from the loop's
- *                  parameters (a LATERAL kNN subquery).  It reads outer rows
+ *                  parameters (a LATERAL kNN subquery), or Limit -> (Merge)
+ *                  Append of such scans (a partitioned table, without
+ *                  run-time partition pruning).  It reads outer rows
  *                  ahead in chunks (up to GPUIVF_BATCH_MAX rows), computes
  *                  each row's query vector and LIMIT exactly as the inner
  *                  side will, answers all of them with one GpuivfSearchBatch
- *                  call, then returns the outer rows one by one, offering
- *                  each row's round 1 to the inner scan (GpuivfOfferRoundOne).
+ *                  call per index, then returns the outer rows one by one,
+ *                  offering each row's round 1 on every index to the inner
+ *                  scans (GpuivfOfferRoundOne).
  *                  The inner plan still runs as before; its scan takes the
  *                  offer only when its own query is byte for byte the same
  *                  (search/round_one.cpp), so the join returns what the nested
@@ -37,9 +40,15 @@
  * never parallel aware.  gpuivf.enable_batch_join = off at planning time
  * leaves nested loops alone.
  *
+ * A kNN LIMIT over a partitioned table of postgres_fdw foreign tables
+ * (shards) is appended to each shard's remote query, and a Merge Append of
+ * those shards becomes a Sort over an Append that asks them at once
+ * (remote_limit.cpp: where PostgreSQL stops and why).
+ *
  * Files: rewrite.cpp (the hooks and the plan rewrite), knn_node.cpp
  * (GpuivfKnn, and the limit hints both nodes compute), batch_node.cpp
- * (GpuivfBatchKnn).  Only GpuivfPlannerInit is called from outside.
+ * (GpuivfBatchKnn), remote_limit.cpp (the LIMIT to postgres_fdw shards).
+ * Only GpuivfPlannerInit is called from outside.
  */
 #ifndef GPUIVF_PLANNER_H
 #define GPUIVF_PLANNER_H
@@ -67,12 +76,13 @@ void        GpuivfPlannerInit(void);
 #define KNN_FILTER_PPM          3   /* filter selectivity, parts per million */
 /* custom_exprs of GpuivfKnn: limitCount, limitOffset (either may be NULL) */
 
-/* custom_private of GpuivfBatchKnn: indexoid, with_ties, filter_ppm, then
- * (paramno, outer attno) pairs of the nested loop's parameters */
-#define BATCH_INDEXOID          0
-#define BATCH_WITH_TIES         1
-#define BATCH_FILTER_PPM        2
-#define BATCH_PARAMS            3
+/* custom_private of GpuivfBatchKnn: with_ties, the number n of indexes the
+ * inner side scans (one per partition of a partitioned table), n (indexoid,
+ * filter_ppm) pairs, then (paramno, outer attno) pairs of the nested loop's
+ * parameters */
+#define BATCH_WITH_TIES         0
+#define BATCH_NINDEXES          1
+#define BATCH_INDEXES           2
 /* custom_exprs of GpuivfBatchKnn: query vector expression, limitCount,
  * limitOffset */
 
@@ -97,6 +107,12 @@ int64       HintFromLimit(bool has_count, int64 count, int64 offset, bool with_t
  * there is no count (LIMIT NULL / ALL) */
 bool        EvalLimit(ExprState *count_state, ExprState *offset_state, ExprContext *econtext,
                       int64 *count, int64 *offset);
+/* remote_limit.cpp: sends a Limit's count + offset to the postgres_fdw
+ * shards below it and asks them at once (true: the plan changed); whether
+ * it would change anything */
+bool        GpuivfPushLimitToShards(Limit *limit, List *rtable, int *next_node_id);
+bool        GpuivfRemoteLimitPending(Limit *limit);
+
 /* knn_node.cpp: "CPU", "GPU" or "GPU and CPU" for n scans of which on_gpu
  * ran on the GPU (EXPLAIN) */
 const char *DeviceName(int64 on_gpu, int64 n);

@@ -4,7 +4,8 @@
  * was loaded) the finished plan tree is rewritten so that a GpuivfKnn node
  * sits above every Index Scan on a gpuivf index and, where the inner side of
  * a Nested Loop is a LATERAL kNN search, a GpuivfBatchKnn node sits between
- * the loop and its outer child (planner.h describes both nodes).
+ * the loop and its outer child (planner.h describes both nodes); a kNN
+ * LIMIT over postgres_fdw shards is sent to the shards (remote_limit.cpp).
  */
 #include "gpuivf.h"
 #include "planner/planner.h"
@@ -187,6 +188,7 @@ typedef struct RewriteContext
 {
     int         next_node_id;   /* for the nodes it adds */
     bool        batch_join;     /* gpuivf.enable_batch_join */
+    List       *rtable;         /* the statement's range table */
     bool        changed;
 } RewriteContext;
 
@@ -327,6 +329,61 @@ SkipPassThrough(Plan *plan)
 }
 
 /*
+ * The GpuivfKnn scans a LATERAL kNN subquery's Limit reads: the one below
+ * it, or those of a (Merge)Append of partitions below it (other children,
+ * e.g. a partition without the index, are left to themselves).  NIL when
+ * the Limit reads something else, or when the Append prunes partitions per
+ * outer row: every outer row would then be searched on every partition.
+ */
+static List *
+KnnScansUnderLimit(Limit *limit)
+{
+    Plan       *inner = SkipPassThrough(limit->plan.lefttree);
+    List       *children;
+    List       *knns = NIL;
+    ListCell   *lc;
+
+    if (IsOurScan(inner, &knn_plan_methods))
+        return list_make1(inner);
+    if (inner != NULL && IsA(inner, MergeAppend) && inner->qual == NIL &&
+        ((MergeAppend *) inner)->part_prune_info == NULL)
+        children = ((MergeAppend *) inner)->mergeplans;
+    else if (inner != NULL && IsA(inner, Append) && inner->qual == NIL &&
+             ((Append *) inner)->part_prune_info == NULL)
+        children = ((Append *) inner)->appendplans;
+    else
+        return NIL;
+    foreach(lc, children)
+        if (IsOurScan((Plan *) lfirst(lc), &knn_plan_methods))
+            knns = lappend(knns, lfirst(lc));
+    return knns;
+}
+
+/*
+ * The query vector expression of a GpuivfKnn scan that takes its limit hint
+ * from this Limit and orders by index_column <op> arg: arg, else NULL.
+ */
+static Node *
+KnnOrderArg(CustomScan *knn, Limit *limit)
+{
+    IndexScan  *iscan;
+    OpExpr     *orderby;
+
+    if (list_nth_int(knn->custom_private, KNN_HAS_LIMIT) == 0 ||
+        linitial(knn->custom_exprs) == NULL)
+        return NULL;
+    iscan = (IndexScan *) linitial(knn->custom_plans);
+    if (!IsA(iscan, IndexScan) || iscan->indexorderby == NIL)
+        return NULL;
+    if (!equal(linitial(knn->custom_exprs), limit->limitCount))
+        return NULL;            /* not the Limit the scan takes its hint from */
+    orderby = (OpExpr *) linitial(iscan->indexorderby);
+    if (!IsA(orderby, OpExpr) || list_length(orderby->args) != 2)
+        return NULL;
+    return (Node *) lsecond(orderby->args);
+}
+
+/*
  * Puts GpuivfBatchKnn between a Nested Loop and its outer child when the
  * inner side is a LATERAL kNN search (see the file comment).
  */
@@ -336,10 +393,9 @@ TryBatchJoin(NestLoop *nl, RewriteContext *ctx)
     Plan       *outer = nl->join.plan.lefttree;
     Plan       *inner = SkipPassThrough(nl->join.plan.righttree);
     Limit      *limit;
+    List       *knns;
     CustomScan *knn;
-    IndexScan  *iscan;
-    OpExpr     *orderby;
-    Node       *arg;
+    Node       *arg = NULL;
     Bitmapset  *params = NULL;
     List       *priv;
     ListCell   *lc;
@@ -352,24 +408,20 @@ TryBatchJoin(NestLoop *nl, RewriteContext *ctx)
     if (inner == NULL || !IsA(inner, Limit))
         return;
     limit = (Limit *) inner;
-    inner = SkipPassThrough(inner->lefttree);
-    if (!IsOurScan(inner, &knn_plan_methods))
+    knns = KnnScansUnderLimit(limit);
+    if (knns == NIL)
         return;
-    knn = (CustomScan *) inner;
-    if (list_nth_int(knn->custom_private, KNN_HAS_LIMIT) == 0 ||
-        linitial(knn->custom_exprs) == NULL)
-        return;
-    iscan = (IndexScan *) linitial(knn->custom_plans);
-    if (!IsA(iscan, IndexScan) || iscan->indexorderby == NIL)
-        return;
-    if (!equal(linitial(knn->custom_exprs), limit->limitCount))
-        return;                 /* not the Limit the scan takes its hint from */
 
-    /* ORDER BY index_column <op> arg, arg computed from the loop's parameters */
-    orderby = (OpExpr *) linitial(iscan->indexorderby);
-    if (!IsA(orderby, OpExpr) || list_length(orderby->args) != 2)
-        return;
-    arg = (Node *) lsecond(orderby->args);
+    /* every scan: ORDER BY index_column <op> arg, the same arg, computed
+     * from the loop's parameters */
+    foreach(lc, knns)
+    {
+        Node       *a = KnnOrderArg((CustomScan *) lfirst(lc), limit);
+
+        if (a == NULL || (arg != NULL && !equal(a, arg)))
+            return;
+        arg = a;
+    }
     foreach(lc, nl->nestParams)
         params = bms_add_member(params, ((NestLoopParam *) lfirst(lc))->paramno);
     if (!UsesParamWalker(arg, params) || !SafeToEvaluate(arg))
@@ -382,14 +434,16 @@ TryBatchJoin(NestLoop *nl, RewriteContext *ctx)
             return;
     }
 
+    knn = (CustomScan *) linitial(knns);
     batch = MakeWrapper(outer, &batch_plan_methods, ctx->next_node_id++);
+    priv = lappend_int(NIL, list_nth_int(knn->custom_private, KNN_WITH_TIES));
+    priv = lappend_int(priv, list_length(knns));
+    foreach(lc, knns)
     {
-        int         head[3];
+        CustomScan *k = (CustomScan *) lfirst(lc);
 
-        head[BATCH_INDEXOID] = list_nth_int(knn->custom_private, KNN_INDEXOID);
-        head[BATCH_WITH_TIES] = list_nth_int(knn->custom_private, KNN_WITH_TIES);
-        head[BATCH_FILTER_PPM] = list_nth_int(knn->custom_private, KNN_FILTER_PPM);
-        priv = IntList(3, head);
+        priv = lappend_int(priv, list_nth_int(k->custom_private, KNN_INDEXOID));
+        priv = lappend_int(priv, list_nth_int(k->custom_private, KNN_FILTER_PPM));
     }
     foreach(lc, nl->nestParams)
     {
@@ -487,10 +541,14 @@ RewritePlan(Plan *plan, const LimitInfo *li, RewriteContext *ctx)
         return WrapIndexScan((IndexScan *) plan, li, ctx);
     if (IsA(plan, NestLoop) && ctx->batch_join)
         TryBatchJoin((NestLoop *) plan, ctx);
+    if (IsA(plan, Limit) &&
+        GpuivfPushLimitToShards((Limit *) plan, ctx->rtable, &ctx->next_node_id))
+        ctx->changed = true;
     return plan;
 }
 
-/* Does the tree hold a gpuivf Index Scan without its GpuivfKnn? */
+/* Does the tree hold a gpuivf Index Scan without its GpuivfKnn, or a
+ * LIMIT that has not reached the postgres_fdw shards below it? */
 static bool
 NeedsRewrite(Plan *plan, bool wrapped)
 {
@@ -498,6 +556,8 @@ NeedsRewrite(Plan *plan, bool wrapped)
 
     if (plan == NULL)
         return false;
+    if (IsA(plan, Limit) && GpuivfRemoteLimitPending((Limit *) plan))
+        return true;
     if (IsA(plan, IndexScan))
         return !wrapped && IsGpuivfIndex(((IndexScan *) plan)->indexid);
     if (IsA(plan, CustomScan))
@@ -564,6 +624,7 @@ RewriteStmt(PlannedStmt *stmt)
         max_id = Max(max_id, MaxPlanNodeId((Plan *) lfirst(lc)));
     ctx.next_node_id = max_id + 1;
     ctx.batch_join = gpuivf_enable_batch_join;
+    ctx.rtable = stmt->rtable;
     ctx.changed = false;
 
     stmt->planTree = RewritePlan(stmt->planTree, &none, &ctx);

@@ -2,7 +2,8 @@
  * search/probes.cpp — how many lists a query probes, decided here and only
  * here (GpuivfChooseProbes): gpuivf.probes when set, else the smallest point
  * of the recall curve ANALYZE measured (calibration/curve.cpp) that meets
- * gpuivf.target_recall, else the automatic ceil(sqrt(lists)); the last two
+ * the index's recall target (its target_recall option, else
+ * gpuivf.target_recall), else the automatic ceil(sqrt(lists)); the last two
  * raised for a filter above the scan.  Scans, the batched kNN join, the
  * planner's costs, EXPLAIN (through the scan's statistics),
  * gpuivf_index_info and gpuivf_worker_search all ask this function.
@@ -88,7 +89,8 @@ FirstWarning(const GpuivfMetaPageData *meta)
 /* The NOTICE a scan gives, once per backend and curve, when the curve
  * cannot reach the target and its best point is used instead. */
 static void
-NoticeTargetNotReached(const GpuivfMetaPageData *meta, double target, int nprobe)
+NoticeTargetNotReached(Relation index, const GpuivfMetaPageData *meta,
+                       const GpuivfProbeChoice *choice, int nprobe)
 {
     float       best = 0;
 
@@ -97,8 +99,9 @@ NoticeTargetNotReached(const GpuivfMetaPageData *meta, double target, int nprobe
     for (int j = 0; j < meta->calib_npoints; j++)
         best = Max(best, meta->calib_curve[j].recall);
     ereport(NOTICE,
-            (errmsg("gpuivf.target_recall %.3f is above the best recall ANALYZE measured for this index",
-                    target),
+            (errmsg("recall target %.3f of index \"%s\" (%s) is above the best recall ANALYZE measured",
+                    choice->target, RelationGetRelationName(index),
+                    GpuivfTargetSourceName(choice->target_source)),
              errdetail("The best measured recall@%d is %.3f at %d of %u lists; scans use that.",
                        (int) meta->calib_k, (double) best, nprobe, meta->lists),
              errhint("Raise gpuivf.rerank_candidates and run ANALYZE, or REINDEX the index if its rows changed much since it was built.")));
@@ -112,10 +115,9 @@ GpuivfChooseProbes(Relation index, const GpuivfMetaPageData *meta, int k, double
     int         lists = (int) meta->lists;
     int         nprobe;
 
-    (void) index;
     (void) k;                   /* the curve is measured at calib_k */
     memset(choice, 0, sizeof(*choice));
-    choice->target = gpuivf_target_recall;
+    choice->target = GpuivfTargetRecall(index, &choice->target_source);
     if (!GpuivfMetaIsTrained(meta) || lists == 0)
     {
         choice->source = GPUIVF_PROBES_UNTRAINED;
@@ -135,7 +137,7 @@ GpuivfChooseProbes(Relation index, const GpuivfMetaPageData *meta, int k, double
             nprobe = choice->curve_nprobe;
             choice->source = GPUIVF_PROBES_CURVE;
             if (!choice->target_reached && notice)
-                NoticeTargetNotReached(meta, choice->target, nprobe);
+                NoticeTargetNotReached(index, meta, choice, nprobe);
         }
         else
         {

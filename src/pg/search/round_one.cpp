@@ -48,81 +48,115 @@ GpuivfRowsForFilter(double rows, double sel)
 /* ------------------------------------------- precomputed round 1 offers */
 
 /*
- * One offer at a time, in static storage: the batched
- * join offers the round 1 of the outer row it is about to return, and the
- * inner scan started for that row takes it.  The copy of the query vector
- * and the hits live in a context of their own, reset with every offer.
+ * The offers of one outer row, one per index, in static storage: the
+ * batched join offers the round 1 of the outer row it is about to return on
+ * every index its inner side scans (one per partition of a partitioned
+ * table), and each inner scan started for that row takes the offer of its
+ * index.  The copies of the query vectors and the hits live in a context of
+ * their own, reset when the offers are cleared.
  */
-static MemoryContext offer_ctx = NULL;
-static bool offer_valid = false;
-static Oid  offer_index = InvalidOid;
-static uint64 offer_generation = 0;
-static GpuivfQuery offer_query;
-static int  offer_dims = 0;
-static GpuivfHit *offer_hits = NULL;
-static int  offer_nhits = 0;
-static GpuivfSearchStats offer_stats;
+typedef struct RoundOneOffer
+{
+    bool        valid;
+    Oid         index;
+    uint64      generation;
+    GpuivfQuery query;
+    int         dims;
+    GpuivfHit  *hits;
+    int         nhits;
+    GpuivfSearchStats stats;
+} RoundOneOffer;
 
-/* Forgets the current offer. */
+static MemoryContext offer_ctx = NULL;
+static RoundOneOffer *offers = NULL;
+static int  noffers = 0;
+static int  offers_cap = 0;
+
+/* Forgets every offer. */
 void
 GpuivfClearOffer(void)
 {
-    offer_valid = false;
-    if (offer_ctx != NULL)
+    noffers = 0;
+    if (offer_ctx != NULL && offers_cap > 0)
         MemoryContextReset(offer_ctx);
-    offer_hits = NULL;
-    offer_query.vector = NULL;
+    offers = NULL;
+    offers_cap = 0;
 }
 
-/* Offers a precomputed round 1 to the next scan of indexoid (search.h). */
+/* Offers a precomputed round 1 to the next scan of indexoid (search.h);
+ * it replaces an offer on that index not taken yet. */
 void
 GpuivfOfferRoundOne(Oid indexoid, uint64 generation, const GpuivfQuery *query, int dims,
                     const GpuivfHit *hits, int nhits, const GpuivfSearchStats *stats)
 {
+    RoundOneOffer *o = NULL;
     float4     *vector;
     GpuivfHit  *copy;
 
     if (offer_ctx == NULL)
-        offer_ctx = AllocSetContextCreate(TopMemoryContext, "gpuivf round-1 offer",
+        offer_ctx = AllocSetContextCreate(TopMemoryContext, "gpuivf round-1 offers",
                                           ALLOCSET_SMALL_SIZES);
-    GpuivfClearOffer();
+    for (int i = 0; i < noffers && o == NULL; i++)
+        if (offers[i].index == indexoid)
+            o = &offers[i];
+    if (o == NULL)
+    {
+        if (noffers == offers_cap)
+        {
+            int         cap = Max(offers_cap * 2, 4);
+            RoundOneOffer *grown = (RoundOneOffer *)
+                MemoryContextAllocZero(offer_ctx, sizeof(RoundOneOffer) * cap);
+
+            if (noffers > 0)
+                memcpy(grown, offers, sizeof(RoundOneOffer) * noffers);
+            offers = grown;
+            offers_cap = cap;
+        }
+        o = &offers[noffers++];
+    }
     vector = (float4 *) MemoryContextAlloc(offer_ctx, sizeof(float4) * Max(dims, 1));
     memcpy(vector, query->vector, sizeof(float4) * dims);
     copy = (GpuivfHit *) MemoryContextAlloc(offer_ctx, sizeof(GpuivfHit) * Max(nhits, 1));
     if (nhits > 0)
         memcpy(copy, hits, sizeof(GpuivfHit) * nhits);
 
-    offer_index = indexoid;
-    offer_generation = generation;
-    offer_query = *query;
-    offer_query.vector = vector;
-    offer_dims = dims;
-    offer_hits = copy;
-    offer_nhits = nhits;
-    offer_stats = *stats;
-    offer_valid = true;
+    o->index = indexoid;
+    o->generation = generation;
+    o->query = *query;
+    o->query.vector = vector;
+    o->dims = dims;
+    o->hits = copy;
+    o->nhits = nhits;
+    o->stats = *stats;
+    o->valid = true;
 }
 
 /*
- * Takes the offer when it answers exactly this query of this index at this
- * generation: hits are copied into the current context.  The offer is used
+ * Takes the offer on this index when it answers exactly this query at this
+ * generation: hits are copied into the current context.  An offer is used
  * once.
  */
 bool
 GpuivfTakeRoundOne(Oid indexoid, uint64 generation, const GpuivfQuery *query, int dims,
                    GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats)
 {
-    if (!offer_valid || offer_index != indexoid || offer_generation != generation ||
-        offer_dims != dims || offer_query.k != query->k ||
-        offer_query.nprobe != query->nprobe || offer_query.rerank != query->rerank ||
-        memcmp(offer_query.vector, query->vector, sizeof(float4) * dims) != 0)
-        return false;
+    for (int i = 0; i < noffers; i++)
+    {
+        RoundOneOffer *o = &offers[i];
 
-    *hits = (GpuivfHit *) palloc(sizeof(GpuivfHit) * Max(offer_nhits, 1));
-    if (offer_nhits > 0)
-        memcpy(*hits, offer_hits, sizeof(GpuivfHit) * offer_nhits);
-    *nhits = offer_nhits;
-    *stats = offer_stats;
-    GpuivfClearOffer();
-    return true;
+        if (!o->valid || o->index != indexoid)
+            continue;
+        if (o->generation != generation || o->dims != dims || o->query.k != query->k ||
+            o->query.nprobe != query->nprobe || o->query.rerank != query->rerank ||
+            memcmp(o->query.vector, query->vector, sizeof(float4) * dims) != 0)
+            return false;
+        *hits = (GpuivfHit *) palloc(sizeof(GpuivfHit) * Max(o->nhits, 1));
+        if (o->nhits > 0)
+            memcpy(*hits, o->hits, sizeof(GpuivfHit) * o->nhits);
+        *nhits = o->nhits;
+        *stats = o->stats;
+        o->valid = false;
+        return true;
+    }
+    return false;
 }

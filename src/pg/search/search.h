@@ -26,7 +26,8 @@ typedef struct GpuivfProbeChoice
 {
     int         nprobe;         /* lists to probe: 0 untrained (exact), else 1..lists */
     int         source;         /* GPUIVF_PROBES_* */
-    double      target;         /* the recall target in force */
+    double      target;         /* the recall target in force (GpuivfTargetRecall) */
+    int         target_source;  /* GPUIVF_TARGET_*: the index option or the setting */
     int         curve_nprobe;   /* the curve's choice for target; 0: no curve */
     bool        target_reached; /* the curve meets target at curve_nprobe */
 } GpuivfProbeChoice;
@@ -34,7 +35,8 @@ typedef struct GpuivfProbeChoice
 /*
  * How many lists a query of index (meta: its metapage as the caller read
  * it) probes: the one place that decides it.  gpuivf.probes when set (taken as it is); else the
- * curve's choice for gpuivf.target_recall (GpuivfCurveProbes: a target the
+ * curve's choice for the index's recall target (GpuivfTargetRecall: its
+ * target_recall option, else gpuivf.target_recall; GpuivfCurveProbes: a target the
  * curve cannot reach gives its best point, and with notice a NOTICE once
  * per backend and curve), else ceil(sqrt(lists)), either raised by
  * 1/sqrt(filter_sel) for a filter of selectivity filter_sel (1 = none);
@@ -78,10 +80,12 @@ int64       GpuivfRowsForFilter(double rows, double sel);
 
 /*
  * round_one.cpp: a round 1 computed ahead of time (the batched kNN join)
- * and offered to the next scan of that index.  A scan takes it only when its
- * own round-1 query is the same (vector bytes, k, nprobe, rerank) and the
- * metapage generation has not moved, i.e. when GpuivfSearchBatch would
- * return exactly these hits; otherwise it searches itself.
+ * and offered to the next scan of that index; one offer per index (the
+ * partitions of a partitioned table), until GpuivfClearOffer.  A scan takes
+ * the offer of its index only when its own round-1 query is the same (vector
+ * bytes, k, nprobe, rerank) and the metapage generation has not moved, i.e.
+ * when GpuivfSearchBatch would return exactly these hits; otherwise it
+ * searches itself.
  */
 void        GpuivfOfferRoundOne(Oid indexoid, uint64 generation, const GpuivfQuery *query,
                                 int dims, const GpuivfHit *hits, int nhits,

@@ -1,0 +1,143 @@
+# shellcheck shell=bash
+# test/gpu/cluster_lib.sh — what the GPU-machine scripts with several
+# PostgreSQL servers share (replicas.sh, partitions.sh, citus.sh): sourced.
+#
+# On the GPU machine (the default) gpuivf.so and gpuivf_gpu.so, built on the
+# development machine, travel with PostgreSQL in a kit folder (KIT: pgkit.sh,
+# pgkit.tar.xz, gpuivf.so, gpuivf_gpu.so; ../shared/device/README.md), and
+# PostgreSQL runs as the kit's user pgrun.  GPUIVF_LOCAL=1 is a dry run on
+# the development machine: the PostgreSQL that pg_config (PG_CONFIG) names,
+# with gpuivf installed, run as the user postgres; ENGINE=path of the CPU
+# stand-in of the GPU engine (make fake-gpu-engine) serves as "the GPU"
+# (GPUIVF_FAKE_DEVICES=n of them).
+#
+#   setup_postgres KIT     PATH, PGBIN, PGUSER_OS, as_pg
+#   make_data DIR ROWS DIMS NQ
+#                          DIR/base.bin, DIR/queries.bin (binary COPY of
+#                          (id bigint, v real[])) and DIR/gt.txt, the exact
+#                          top-10 of every query ("qid|{ids}|{distances}")
+#   start_server NAME PORT [CONF...]
+#                          initdb + start a server in $W/NAME with the
+#                          common settings and the given lines
+#   sqlp PORT SQL          psql -At against the server on PORT
+#   sqlfp PORT FILE        the same with a file
+#   pgbench_tps PORT CLIENTS SCRIPT LABEL [PGOPTIONS]
+#                          one BENCH_S-second pgbench run; prints
+#                          "tps p50 p99" (ms, from the transaction log)
+#   query_results PORT TABLE SETTINGS FILE [NQ]
+#                          the top-10 of the first NQ queries of table
+#                          queries as "qid|{ids}|{distances}" lines
+#   recall FILE            recall@10 of such a file against $W/gt.txt
+#   knn_script TABLE       a pgbench script: the 10 nearest rows of TABLE to
+#                          a random one of the queries
+#   md_rows FILE           "a|b|c" lines as markdown table rows
+#   stop_servers           stops every server under $W
+#   say TEXT               a timestamped progress line
+# Variables: W (work folder, default /tmp/gpuivf-cluster), BENCH_S (6), PY.
+
+W=${W:-/tmp/gpuivf-cluster}
+BENCH_S=${BENCH_S:-6}
+PY=${PY:-python3}
+started=${started:-$(date +%s)}
+say() { echo "== [$(( $(date +%s) - started ))s] $*"; }
+
+setup_postgres() {
+	local kit=$1
+	if [ -n "${GPUIVF_LOCAL:-}" ]; then
+		PGBIN=$("${PG_CONFIG:-pg_config}" --bindir)
+		PGUSER_OS=postgres
+		as_pg() { runuser -u postgres -- env PATH="$PGBIN:$PATH" ${ENGINE:+GPUIVF_FAKE_DEVICES=${GPUIVF_FAKE_DEVICES:-1}} bash -c "cd /tmp; $*"; }
+	else
+		if [ ! -f "$kit/pgkit.sh" ] || [ ! -f "$kit/pgkit.tar.xz" ] || [ ! -f "$kit/gpuivf.so" ]; then
+			echo "error: $kit must hold pgkit.sh, pgkit.tar.xz, gpuivf.so and gpuivf_gpu.so" >&2
+			exit 1
+		fi
+		# shellcheck disable=SC1090,SC1091
+		source "$kit/pgkit.sh" unpack "$kit/pgkit.tar.xz" || exit 1
+		PGBIN=$(pg_config --bindir)
+		PGUSER_OS=pgrun
+		as_pg() { pgkit_as "$*"; }
+		cp "$kit/gpuivf.so" "$kit/gpuivf_gpu.so" "$(pg_config --pkglibdir)/" || exit 1
+		cp gpuivf.control sql/gpuivf--0.1.0.sql "$(pg_config --sharedir)/extension/" || exit 1
+		nvidia-smi -L 2>&1 | head -8
+	fi
+	rm -rf "$W" && mkdir -p "$W" && cp test/gpu/gpuivf_device.py "$W/" && chown -R "$PGUSER_OS" "$W"
+}
+
+make_data() {
+	$PY "$W/gpuivf_device.py" gen "$1" "$2" "$3" "$4" 10 || exit 1
+	chown -R "$PGUSER_OS" "$1"
+}
+
+# the settings every server gets (one machine, many servers: modest memory)
+start_server() {
+	local name=$1 port=$2 dir=$W/$1
+	shift 2
+	mkdir -p "$dir" && chown "$PGUSER_OS" "$dir"
+	as_pg "initdb -A trust -U postgres -D $dir/data >/dev/null" || exit 1
+	{
+		echo "port = $port"
+		echo "unix_socket_directories = '$W'"
+		echo "listen_addresses = '127.0.0.1'"
+		echo "max_connections = 300"
+		echo "shared_buffers = ${SHARED_BUFFERS:-4GB}"
+		echo "maintenance_work_mem = 2GB"
+		echo "dynamic_shared_memory_type = mmap"
+		echo "jit = off"
+		echo "fsync = off"
+		echo "synchronous_commit = off"
+		echo "max_wal_size = 16GB"
+		echo "checkpoint_timeout = 30min"
+		echo "max_parallel_workers_per_gather = 0"
+		echo "log_line_prefix = '%m [%p] %b '"
+		for line in "$@"; do echo "$line"; done
+		# the stand-in engine, where the GPU worker runs
+		[ -n "${ENGINE:-}" ] && [[ "$*" == *"shared_preload_libraries = "*gpuivf* ]] &&
+			echo "gpuivf.engine_library = '$ENGINE'"
+	} >> "$dir/data/postgresql.conf"
+	as_pg "pg_ctl -D $dir/data -l $dir/server.log -w start >/dev/null" || { cat "$dir/server.log"; exit 1; }
+}
+
+sqlp() { printf '%s\n' "$2" > "$W/q_$1.sql"; sqlfp "$1" "$W/q_$1.sql"; }
+sqlfp() { chown "$PGUSER_OS" "$2"; as_pg "psql -X -q -At -v ON_ERROR_STOP=1 -h $W -p $1 -U postgres -f $2 postgres"; }
+
+pgbench_tps() {
+	local port=$1 c=$2 script=$3 label=$4 opts=${5:-} j lat tps
+	j=$(( c < 16 ? c : 16 ))
+	rm -f "$W/pgb_${label}"*
+	as_pg "PGOPTIONS='$opts' pgbench -n -M prepared -h $W -p $port -U postgres -c $c -j $j -T $BENCH_S -l --log-prefix=$W/pgb_$label -f $script postgres" > "$W/pgbench_$label.log" 2>&1
+	tps=$(grep -E '^tps' "$W/pgbench_$label.log" | head -1 | awk '{printf "%.0f", $3}')
+	lat=$($PY "$W/gpuivf_device.py" latency "$W/pgb_$label" | awk '{print $1, $2}' | sed 's/p50=//; s/p99=//')
+	echo "${tps:-0} $lat"
+}
+
+query_results() {
+	local port=$1 table=$2 settings=$3 out=$4 n=${5:-1000} f=$W/qr_$1_$2.sql
+	echo "$settings" > "$f"
+	for ((q = 0; q < n; q++)); do
+		echo "SELECT $q, array_agg(id ORDER BY d, id), array_agg(d ORDER BY d, id) FROM (SELECT id, v <-> (SELECT v FROM queries WHERE qid = $q) AS d FROM $table ORDER BY v <-> (SELECT v FROM queries WHERE qid = $q) LIMIT 10) s;" >> "$f"
+	done
+	sqlfp "$port" "$f" > "$out"
+}
+
+recall() { $PY "$W/gpuivf_device.py" recall "$1" "$W/gt.txt"; }
+
+# the kNN statement pgbench runs against TABLE (a random one of the queries)
+knn_script() {
+	local table=$1 f=$W/knn_$1.sql nq
+	nq=$(wc -l < "$W/gt.txt")
+	printf '%s\n' "\\set q random(0, $((nq - 1)))" \
+		"SELECT id FROM $table ORDER BY v <-> (SELECT v FROM queries WHERE qid = :q) LIMIT 10;" > "$f"
+	chown "$PGUSER_OS" "$f"
+	echo "$f"
+}
+
+# a file of "a|b|c" lines as the rows of a markdown table
+md_rows() { awk -F'|' '{ s = "|"; for (i = 1; i <= NF; i++) s = s " " $i " |"; print s }' "$1"; }
+
+stop_servers() {
+	local d
+	for d in "$W"/*/data; do
+		[ -f "$d/postmaster.pid" ] && as_pg "pg_ctl -D $d -m fast -w stop >/dev/null"
+	done
+}
