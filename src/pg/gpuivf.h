@@ -308,8 +308,11 @@ typedef struct GpuivfListEntry
 
 #define GPUIVF_LIST_ENTRY_SIZE(code_size) \
     MAXALIGN(offsetof(GpuivfListEntry, code) + (code_size))
-/* Most list entries one page holds (line pointer + entry each): the room
- * every reader of list pages keeps, and a bound a well-formed page keeps. */
+/* Most list entries one page can hold (line pointer + entry each): the room
+ * every reader of list pages keeps.  Writers keep the lower bound of
+ * MaxIndexTuplesPerPage line pointers (GpuivfPageFreeSpace); readers keep
+ * this one, so that list pages written before that bound was kept (up to
+ * 680 small entries) are still read (README.md, "Line-pointer bound"). */
 #define GPUIVF_LIST_PAGE_CAPACITY(code_size) \
     ((int) (GPUIVF_PAGE_CAPACITY / (sizeof(ItemIdData) + GPUIVF_LIST_ENTRY_SIZE(code_size))))
 

@@ -34,7 +34,7 @@ VectorPageHasRoom(Buffer buf, Size size, bool *is_new)
     *is_new = PageIsNew(page);
     if (*is_new)
         return true;
-    return GpuivfPageIsType(page, GPUIVF_PAGE_VECTOR) && PageGetFreeSpace(page) >= size;
+    return GpuivfPageIsType(page, GPUIVF_PAGE_VECTOR) && GpuivfPageHasRoom(page, size);
 }
 
 /* A locked vector page with room for one tuple of size bytes; *is_new when
@@ -69,7 +69,7 @@ GetVectorBuffer(Relation index, const GpuivfMetaPageData *meta, Size size, bool 
         if (VectorPageHasRoom(buf, size, is_new))
             return buf;
         if (GpuivfPageIsType(BufferGetPage(buf), GPUIVF_PAGE_VECTOR))
-            actual = PageGetFreeSpace(BufferGetPage(buf));
+            actual = GpuivfPageFreeSpace(BufferGetPage(buf));
         UnlockReleaseBuffer(buf);
         /* the FSM was stale: correct it and ask again */
         RecordPageWithFreeSpace(index, blkno, actual);
@@ -151,7 +151,7 @@ GetListBuffer(Relation index, const GpuivfMetaPageData *meta, int list, Size siz
         if (!GpuivfPageIsType(page, GPUIVF_PAGE_LIST))
             elog(ERROR, "gpuivf index \"%s\" has no list page at block %u",
                  RelationGetRelationName(index), blkno);
-        if (PageGetFreeSpace(page) >= size)
+        if (GpuivfPageHasRoom(page, size))
             return buf;
         next = GpuivfPageGetOpaque(page)->nextblkno;
         if (next == InvalidBlockNumber)
@@ -227,7 +227,7 @@ InsertRow(Relation index, const GpuivfMetaPageData *meta, const float4 *x, int d
     if (BufferIsValid(plan.vecbuf))
     {
         BlockNumber vecblk = BufferGetBlockNumber(plan.vecbuf);
-        Size        freespace = PageGetFreeSpace(BufferGetPage(plan.vecbuf));
+        Size        freespace = GpuivfPageFreeSpace(BufferGetPage(plan.vecbuf));
 
         UnlockReleaseBuffer(plan.vecbuf);
         /* a page from the FSM or a racing extension: keep the FSM honest */

@@ -95,7 +95,7 @@ CollectDeadVectors(IndexVacuumInfo *info, IndexBulkDeleteCallback callback,
                     TidArrayPush(dead, GpuivfTidToId(&vtid));
                 }
             }
-            freespace = PageGetFreeSpace(page);
+            freespace = GpuivfPageFreeSpace(page);
         }
         UnlockReleaseBuffer(buf);
         if (freespace >= tuple_size)
@@ -216,7 +216,7 @@ FreeDeadVectors(IndexVacuumInfo *info, const TidArray *dead, bool count_vectors)
             GpuivfLogFreeVectorTuples(index, buf, offsets, noffsets, metabuf, count_vectors);
             UnlockReleaseBuffer(metabuf);
         }
-        freespace = PageGetFreeSpace(page);
+        freespace = GpuivfPageFreeSpace(page);
         UnlockReleaseBuffer(buf);
         RecordPageWithFreeSpace(index, blkno, freespace);
     }

@@ -349,6 +349,21 @@ QueueCheck(VerifyState *vs, const float4 *x, const VerifyEntry *e)
 
 /* ------------------------------------------------------------ list chains */
 
+/*
+ * An item page may have at most MaxIndexTuplesPerPage line pointers (the
+ * bound PostgreSQL's page routines size their arrays by; storage/page.cpp's
+ * GpuivfPageFreeSpace keeps it).  Indexes built before that bound was kept
+ * can have list pages with more: VACUUM compacts such pages safely, and
+ * verify reports them so that a REINDEX rewrites them.
+ */
+static void
+CheckLinePointers(VerifyState *vs, const char *kind, BlockNumber blkno, OffsetNumber maxoff)
+{
+    if (maxoff > MaxIndexTuplesPerPage)
+        Corrupt(vs, "%s page %u has %u line pointers, more than the %d an index page may have.",
+                kind, blkno, (unsigned) maxoff, (int) MaxIndexTuplesPerPage);
+}
+
 /* Walk one list's chain: page types, no cycle, counts, tail, insert_page. */
 static uint64
 VerifyList(VerifyState *vs, int list, const GpuivfListDirEntry *dir)
@@ -382,6 +397,7 @@ VerifyList(VerifyState *vs, int list, const GpuivfListDirEntry *dir)
         if (!GpuivfPageIsType(page, GPUIVF_PAGE_LIST))
             Corrupt(vs, "List %d reaches block %u, which is not a list page.", list, blkno);
         maxoff = PageGetMaxOffsetNumber(page);
+        CheckLinePointers(vs, "List", blkno, maxoff);
         for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off++)
         {
             ItemId      iid = PageGetItemId(page, off);
@@ -575,6 +591,7 @@ VerifyPages(VerifyState *vs)
         memcpy(copy, page, BLCKSZ);
         UnlockReleaseBuffer(buf);
         maxoff = PageGetMaxOffsetNumber(copy);
+        CheckLinePointers(vs, "Vector", blkno, maxoff);
         for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off++)
         {
             ItemId      iid = PageGetItemId(copy, off);

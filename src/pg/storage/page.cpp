@@ -86,6 +86,40 @@ PageAddItemOrError(Relation index, Page page, const void *item, Size size)
     return off;
 }
 
+/*
+ * Bytes an item page (list or vector page) can still take for one more item:
+ * PageGetFreeSpace, or 0 when the page already has MaxIndexTuplesPerPage
+ * line pointers and none of them is free.  PostgreSQL's page routines size
+ * their arrays by that bound (PageIndexMultiDelete's would overflow), and
+ * small items would pass it: a list entry with a code of 1 or 2 bytes takes
+ * 8 bytes, 680 of which fit the free space of a page.  Every decision to add
+ * an item (build writers, inserts, the free space VACUUM and inserts record
+ * in the FSM) goes through this, so no page gpuivf writes exceeds the bound.
+ */
+Size
+GpuivfPageFreeSpace(Page page)
+{
+    OffsetNumber maxoff = PageGetMaxOffsetNumber(page);
+
+    if (maxoff < MaxIndexTuplesPerPage)
+        return PageGetFreeSpace(page);
+    /* at the bound: only a line pointer VACUUM freed (vector pages) can be reused */
+    if (PageHasFreeLinePointers(page))
+    {
+        for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off++)
+            if (!ItemIdIsUsed(PageGetItemId(page, off)))
+                return PageGetFreeSpace(page);
+    }
+    return 0;
+}
+
+/* Can page take one more item of size bytes (GpuivfPageFreeSpace)? */
+bool
+GpuivfPageHasRoom(Page page, Size size)
+{
+    return GpuivfPageFreeSpace(page) >= MAXALIGN(size);
+}
+
 /* Block of the directory page that holds list's entry. */
 BlockNumber
 GpuivfDirPageOf(const GpuivfMetaPageData *meta, int list)
@@ -364,7 +398,7 @@ GpuivfWriterAdd(GpuivfPageWriter *w, const void *item, Size size, ItemPointer ti
         w->buf = ReadBufferExtended(w->index, w->forknum, w->blkno, RBM_NORMAL, NULL);
         LockBuffer(w->buf, BUFFER_LOCK_EXCLUSIVE);
     }
-    if (!BufferIsValid(w->buf) || PageGetFreeSpace(BufferGetPage(w->buf)) < MAXALIGN(size))
+    if (!BufferIsValid(w->buf) || !GpuivfPageHasRoom(BufferGetPage(w->buf), size))
         WriterNextPage(w);
     off = PageAddItemOrError(w->index, BufferGetPage(w->buf), item, size);
     if (tid)
@@ -522,6 +556,38 @@ GpuivfLogAppendListPage(Relation index, Buffer tailbuf, Buffer newbuf, Buffer di
 }
 
 /*
+ * Remove the items at offsets (ascending) and compact the page, whatever its
+ * number of line pointers: the kept items are added again, in their order,
+ * to a freshly formatted page with the same special space.  Only for pages
+ * whose items nothing points at (list pages).  Not PageIndexMultiDelete: its
+ * arrays hold MaxIndexTuplesPerPage items, and indexes written before
+ * GpuivfPageFreeSpace enforced that bound have list pages with up to 680.
+ */
+static void
+DeleteItemsAndCompact(Relation index, Page page, const OffsetNumber *offsets, int noffsets)
+{
+    PGAlignedBlock copy;
+    Page        old = copy.data;
+    OffsetNumber maxoff;
+    int         next = 0;
+
+    memcpy(old, page, BLCKSZ);
+    PageInit(page, BLCKSZ, PageGetSpecialSize(old));
+    memcpy(PageGetSpecialPointer(page), PageGetSpecialPointer(old), PageGetSpecialSize(old));
+    maxoff = PageGetMaxOffsetNumber(old);
+    for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off++)
+    {
+        ItemId      iid = PageGetItemId(old, off);
+
+        while (next < noffsets && offsets[next] < off)
+            next++;
+        if ((next < noffsets && offsets[next] == off) || !ItemIdIsUsed(iid))
+            continue;
+        PageAddItemOrError(index, page, PageGetItem(old, iid), ItemIdGetLength(iid));
+    }
+}
+
+/*
  * VACUUM: remove entries (offsets ascending) from one list page, lower the
  * list's count and the metapage's vectors, bump the generation, and move the
  * list's insert_page back to this page when asked.  3 buffers.
@@ -537,7 +603,7 @@ GpuivfLogDeleteListEntries(Relation index, Buffer listbuf, OffsetNumber *offsets
     GpuivfListDirEntry *dir;
 
     (void) meta;
-    PageIndexMultiDelete(lpage, offsets, noffsets);
+    DeleteItemsAndCompact(index, lpage, offsets, noffsets);
     dpage = GenericXLogRegisterBuffer(state, dirbuf, 0);
     dir = DirEntryOnPage(dpage, list);
     dir->count = dir->count >= (uint32) noffsets ? dir->count - noffsets : 0;

@@ -113,6 +113,9 @@ void        GpuivfLogDeleteListEntries(Relation index, Buffer listbuf, OffsetNum
 void        GpuivfLogFreeVectorTuples(Relation index, Buffer vecbuf, OffsetNumber *offsets,
                                       int noffsets, Buffer metabuf, bool count_vectors);
 BlockNumber GpuivfDirPageOf(const GpuivfMetaPageData *meta, int list);
+/* room on an item page, within MaxIndexTuplesPerPage line pointers */
+Size        GpuivfPageFreeSpace(Page page);
+bool        GpuivfPageHasRoom(Page page, Size size);
 
 /* page.cpp: the curve into the metapage (one record, metapage only) */
 void        GpuivfLogCalibration(Relation index, Buffer metabuf, const GpuivfMetaPageData *calib);
