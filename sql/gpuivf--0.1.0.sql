@@ -101,6 +101,13 @@ CREATE FUNCTION gpuivf_stat(
 
 CREATE VIEW gpuivf_stat AS SELECT * FROM gpuivf_stat();
 
+-- Like pg_stat_statements' view, gpuivf_stat is readable by every role, as
+-- the function behind it is: it shows the workers' state and counters, no
+-- table data and no query text.  The functions that take an index
+-- (gpuivf_index_info, gpuivf_verify, gpuivf_worker_search) are executable by
+-- every role and check SELECT on the index's table themselves.
+GRANT SELECT ON gpuivf_stat TO PUBLIC;
+
 COMMENT ON VIEW gpuivf_stat IS
     'gpuivf GPU workers: state, requests, batching, queue wait, GPU time, cache, CPU fallbacks, errors, builds, exact kNN for ANALYZE';
 

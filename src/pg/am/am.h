@@ -45,10 +45,17 @@ extern "C" {
 Datum       gpuivf_index_info(PG_FUNCTION_ARGS);
 Datum       gpuivf_verify(PG_FUNCTION_ARGS);
 }
-/* info.cpp: opens relid as a gpuivf index under AccessShareLock, its table
- * first (the order every other path locks them in) after checking that the
- * caller may SELECT from it; the table is returned in *heap when asked */
-Relation    OpenGpuivfIndex(Oid relid, Relation *heap);
+/* info.cpp: the index argument of an SQL function (gpuivf_index_info,
+ * gpuivf_verify, gpuivf_worker_search).  GpuivfCheckIndexArg checks, before
+ * any lock is taken, that relid is a gpuivf index (or partitioned index) and
+ * that the caller may SELECT from its table, which it returns.
+ * GpuivfOpenCheckedIndex then locks the table and the index (AccessShareLock,
+ * in that order) and returns the index; *heap gets the table when asked.
+ * GpuivfLockPartitionIndexes locks a partitioned index and its table and
+ * returns the OIDs of its leaf indexes (one per partition). */
+Oid         GpuivfCheckIndexArg(Oid relid, bool *partitioned);
+Relation    GpuivfOpenCheckedIndex(Oid relid, Oid heapid, Relation *heap);
+List       *GpuivfLockPartitionIndexes(Oid relid, Oid heapid);
 /* -------------------------------------------------------------- scan */
 
 /* private to scan.cpp */

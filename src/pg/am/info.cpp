@@ -1,8 +1,10 @@
 /*
  * am/info.cpp — the SQL function gpuivf_index_info(regclass): the metapage,
  * list sizes, where GPU workers hold the index, the recall curve and the
- * probes scans use now, as jsonb.  Also the opening of an index that every
- * SQL function taking an index shares (OpenGpuivfIndex).
+ * probes scans use now, as jsonb (one object per partition for a partitioned
+ * index).  Also the checks and locks of the index argument every SQL
+ * function taking an index shares (GpuivfCheckIndexArg,
+ * GpuivfOpenCheckedIndex, GpuivfLockPartitionIndexes).
  */
 #include "gpuivf.h"
 #include "am/am.h"
@@ -14,42 +16,98 @@ extern "C" {
 PG_FUNCTION_INFO_V1(gpuivf_index_info);
 }
 
-/* ------------------------------------------------------ opening an index */
+/* ------------------------------------------- the index of an SQL function */
 
-/* Open relid as a gpuivf index under AccessShareLock; the table first (the
- * order every other path locks them in), returned in *heap when asked. */
-Relation
-OpenGpuivfIndex(Oid relid, Relation *heap)
+/*
+ * See am.h.  Everything is read from the syscache without a lock, so a role
+ * without rights learns nothing and never waits for (or blocks) the lockers
+ * of a table it may not read; GpuivfOpenCheckedIndex re-checks after locking
+ * that the index still belongs to that table.
+ */
+Oid
+GpuivfCheckIndexArg(Oid relid, bool *partitioned)
 {
+    HeapTuple   tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+    Form_pg_class form;
+    char        relkind;
+    Oid         relam;
+    char        name[NAMEDATALEN];
     Oid         heapid;
-    Relation    heaprel;
-    Relation    index;
-    Oid         amoid = get_index_am_oid("gpuivf", false);
 
-    if (get_rel_relkind(relid) != RELKIND_INDEX)
+    if (!HeapTupleIsValid(tuple))
+        ereport(ERROR,
+                (errcode(ERRCODE_UNDEFINED_OBJECT),
+                 errmsg("relation with OID %u does not exist", relid)));
+    form = (Form_pg_class) GETSTRUCT(tuple);
+    relkind = form->relkind;
+    relam = form->relam;
+    strlcpy(name, NameStr(form->relname), sizeof(name));
+    ReleaseSysCache(tuple);
+    if ((relkind != RELKIND_INDEX && relkind != RELKIND_PARTITIONED_INDEX) ||
+        relam != get_index_am_oid("gpuivf", false))
         ereport(ERROR,
                 (errcode(ERRCODE_WRONG_OBJECT_TYPE),
-                 errmsg("\"%s\" is not a gpuivf index", get_rel_name(relid) ? get_rel_name(relid) : "?")));
-    heapid = IndexGetRelation(relid, false);
-    heaprel = table_open(heapid, AccessShareLock);
-    index = index_open(relid, AccessShareLock);
-    if (index->rd_rel->relam != amoid)
+                 errmsg("\"%s\" is not a gpuivf index", name)));
+    heapid = IndexGetRelation(relid, true);
+    if (!OidIsValid(heapid))
         ereport(ERROR,
-                (errcode(ERRCODE_WRONG_OBJECT_TYPE),
-                 errmsg("\"%s\" is not a gpuivf index", RelationGetRelationName(index))));
-    if (IndexGetRelation(relid, false) != heapid)
-        ereport(ERROR,
-                (errcode(ERRCODE_UNDEFINED_TABLE),
-                 errmsg("could not open the table of index \"%s\"", RelationGetRelationName(index))));
+                (errcode(ERRCODE_UNDEFINED_OBJECT),
+                 errmsg("index \"%s\" has no table", name)));
     if (pg_class_aclcheck(heapid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
         ereport(ERROR,
                 (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-                 errmsg("permission denied for table %s", RelationGetRelationName(heaprel))));
+                 errmsg("permission denied for table %s", get_rel_name(heapid)),
+                 errdetail("Functions of gpuivf that take an index require SELECT on its table.")));
+    *partitioned = relkind == RELKIND_PARTITIONED_INDEX;
+    return heapid;
+}
+
+/* See am.h; heapid comes from GpuivfCheckIndexArg. */
+Relation
+GpuivfOpenCheckedIndex(Oid relid, Oid heapid, Relation *heap)
+{
+    Relation    heaprel = table_open(heapid, AccessShareLock);
+    Relation    index = index_open(relid, AccessShareLock);
+
+    /* dropped and its OID reused meanwhile: not the index that was checked */
+    if (IndexGetRelation(relid, true) != heapid ||
+        index->rd_rel->relam != get_index_am_oid("gpuivf", false))
+        ereport(ERROR,
+                (errcode(ERRCODE_UNDEFINED_OBJECT),
+                 errmsg("index \"%s\" changed while it was being opened",
+                        RelationGetRelationName(index))));
     if (heap)
         *heap = heaprel;
     else
-        table_close(heaprel, AccessShareLock);
+        table_close(heaprel, NoLock);
     return index;
+}
+
+/*
+ * See am.h.  The partitioned table's lock keeps its set of partitions (DROP
+ * and DETACH of a partition lock the parent exclusively); each leaf index is
+ * opened later through GpuivfOpenCheckedIndex, which locks its table first.
+ * A role that may read the partitioned table reads every partition through
+ * it, so the leaves need no privilege check of their own.
+ */
+List *
+GpuivfLockPartitionIndexes(Oid relid, Oid heapid)
+{
+    List       *all;
+    List       *leaves = NIL;
+    ListCell   *lc;
+
+    LockRelationOid(heapid, AccessShareLock);
+    LockRelationOid(relid, AccessShareLock);
+    all = find_all_inheritors(relid, NoLock, NULL);
+    foreach(lc, all)
+    {
+        Oid         child = lfirst_oid(lc);
+
+        if (get_rel_relkind(child) == RELKIND_INDEX)
+            leaves = lappend_oid(leaves, child);
+    }
+    return leaves;
 }
 
 /* ------------------------------------------------------ gpuivf_index_info */
@@ -89,23 +147,17 @@ AppendCalibration(StringInfo json, Relation index, const GpuivfMetaPageData *met
                      probes.curve_nprobe > 0 ? (probes.target_reached ? "true" : "false") : "null");
 }
 
-/* gpuivf_index_info(regclass) returns jsonb: the metapage and list sizes. */
-Datum
-gpuivf_index_info(PG_FUNCTION_ARGS)
+/* The fields of gpuivf_index_info's object for one index (no braces). */
+static void
+AppendIndexInfo(StringInfo json, Relation index)
 {
-    Oid         relid = PG_GETARG_OID(0);
-    Relation    index = OpenGpuivfIndex(relid, NULL);
     GpuivfMetaPageData meta;
-    StringInfoData json;
     BlockNumber pages = RelationGetNumberOfBlocks(index);
     bool        trained;
-    Oid         typinput;
-    Oid         typioparam;
 
     GpuivfReadMeta(index, &meta);
     trained = GpuivfMetaIsTrained(&meta);
-    initStringInfo(&json);
-    appendStringInfo(&json, "{\"dims\": %u, \"metric\": \"%s\", \"lists\": %u, \"pq_m\": %u, "
+    appendStringInfo(json, "\"dims\": %u, \"metric\": \"%s\", \"lists\": %u, \"pq_m\": %u, "
                      "\"pq_bits\": %u, \"code_size\": %u, \"rerank\": %s, \"trained\": %s, "
                      "\"vectors\": " UINT64_FORMAT ", \"pages\": %u, ",
                      meta.dims, GpuivfMetricName(meta.metric), meta.lists, meta.pq_m,
@@ -129,19 +181,75 @@ gpuivf_index_info(PG_FUNCTION_ARGS)
             lo = Min(lo, dir[l].count);
             hi = Max(hi, dir[l].count);
         }
-        appendStringInfo(&json, "\"list_size\": {\"min\": %u, \"avg\": %.3f, \"max\": %u}, ",
+        appendStringInfo(json, "\"list_size\": {\"min\": %u, \"avg\": %.3f, \"max\": %u}, ",
                          lo, (double) total / meta.lists, hi);
+        pfree(dir);
     }
     else
-        appendStringInfoString(&json, "\"list_size\": null, ");
+        appendStringInfoString(json, "\"list_size\": null, ");
     /* which GPU workers hold the index */
-    GpuivfAppendCacheInfo(&json, index);
-    appendStringInfo(&json, "\"format_version\": %u, \"generation\": " UINT64_FORMAT
+    GpuivfAppendCacheInfo(json, index);
+    appendStringInfo(json, "\"format_version\": %u, \"generation\": " UINT64_FORMAT
                      ", \"train_id\": " UINT64_FORMAT ", ",
                      meta.version, meta.generation, meta.train_id);
-    AppendCalibration(&json, index, &meta);
-    appendStringInfoChar(&json, '}');
-    index_close(index, AccessShareLock);
+    AppendCalibration(json, index, &meta);
+}
+
+/*
+ * gpuivf_index_info(regclass) returns jsonb: the metapage and list sizes.
+ * For a partitioned index: {"partitioned": true, "vectors": the sum,
+ * "partitions": [one object per partition's index, with its "index" and
+ * "table" names]}.
+ */
+Datum
+gpuivf_index_info(PG_FUNCTION_ARGS)
+{
+    Oid         relid = PG_GETARG_OID(0);
+    bool        partitioned;
+    Oid         heapid = GpuivfCheckIndexArg(relid, &partitioned);
+    StringInfoData json;
+    Oid         typinput;
+    Oid         typioparam;
+
+    initStringInfo(&json);
+    if (!partitioned)
+    {
+        Relation    index = GpuivfOpenCheckedIndex(relid, heapid, NULL);
+
+        appendStringInfoChar(&json, '{');
+        AppendIndexInfo(&json, index);
+        appendStringInfoChar(&json, '}');
+        index_close(index, AccessShareLock);
+    }
+    else
+    {
+        List       *leaves = GpuivfLockPartitionIndexes(relid, heapid);
+        ListCell   *lc;
+        uint64      vectors = 0;
+        StringInfoData parts;
+
+        initStringInfo(&parts);
+        foreach(lc, leaves)
+        {
+            Oid         leaf = lfirst_oid(lc);
+            Oid         leafheap = IndexGetRelation(leaf, false);
+            Relation    index = GpuivfOpenCheckedIndex(leaf, leafheap, NULL);
+            GpuivfMetaPageData meta;
+
+            GpuivfReadMeta(index, &meta);
+            vectors += meta.vectors;
+            appendStringInfoString(&parts, foreach_current_index(lc) > 0 ? ", {\"index\": " : "{\"index\": ");
+            escape_json(&parts, RelationGetRelationName(index));
+            appendStringInfoString(&parts, ", \"table\": ");
+            escape_json(&parts, get_rel_name(leafheap));
+            appendStringInfoString(&parts, ", ");
+            AppendIndexInfo(&parts, index);
+            appendStringInfoChar(&parts, '}');
+            index_close(index, AccessShareLock);
+        }
+        appendStringInfo(&json, "{\"partitioned\": true, \"vectors\": " UINT64_FORMAT
+                         ", \"partitions\": [%s]}", vectors, parts.data);
+    }
     /* through the type's input function: fmgrprotos.h has C++ linkage here */
     getTypeInputInfo(JSONBOID, &typinput, &typioparam);
     PG_RETURN_DATUM(OidInputFunctionCall(typinput, json.data, typioparam, -1));

@@ -808,20 +808,18 @@ RunVerify(Relation index, Relation heap, bool heapallindexed, MemoryContext ctx)
 }
 
 /*
- * gpuivf_verify(regclass, heapallindexed boolean): see the file comment.
  * Writers may run meanwhile (AccessShareLock only): an inconsistency seen
  * while the metapage generation moved is retried in a fresh subtransaction
  * rather than reported, up to GPUIVF_VERIFY_ATTEMPTS times.
  */
 #define GPUIVF_VERIFY_ATTEMPTS 5
 
-Datum
-gpuivf_verify(PG_FUNCTION_ARGS)
+/* Verify one (leaf) index; see the file comment. */
+static void
+VerifyIndex(Oid relid, Oid heapid, bool heapallindexed)
 {
-    Oid         relid = PG_GETARG_OID(0);
-    bool        heapallindexed = PG_ARGISNULL(1) ? false : PG_GETARG_BOOL(1);
     Relation    heap;
-    Relation    index = OpenGpuivfIndex(relid, &heap);
+    Relation    index = GpuivfOpenCheckedIndex(relid, heapid, &heap);
     MemoryContext outer = CurrentMemoryContext;
     ResourceOwner owner = CurrentResourceOwner;
 
@@ -872,5 +870,27 @@ gpuivf_verify(PG_FUNCTION_ARGS)
 
     index_close(index, AccessShareLock);
     table_close(heap, AccessShareLock);
+}
+
+/* gpuivf_verify(regclass, heapallindexed): one index, or every partition's
+ * index of a partitioned one (the first problem found is raised). */
+Datum
+gpuivf_verify(PG_FUNCTION_ARGS)
+{
+    Oid         relid = PG_GETARG_OID(0);
+    bool        heapallindexed = PG_ARGISNULL(1) ? false : PG_GETARG_BOOL(1);
+    bool        partitioned;
+    Oid         heapid = GpuivfCheckIndexArg(relid, &partitioned);
+
+    if (!partitioned)
+        VerifyIndex(relid, heapid, heapallindexed);
+    else
+    {
+        List       *leaves = GpuivfLockPartitionIndexes(relid, heapid);
+        ListCell   *lc;
+
+        foreach(lc, leaves)
+            VerifyIndex(lfirst_oid(lc), IndexGetRelation(lfirst_oid(lc), false), heapallindexed);
+    }
     PG_RETURN_VOID();
 }

@@ -28,6 +28,8 @@ gpuivf_worker_search(PG_FUNCTION_ARGS)
     Oid         relid = PG_GETARG_OID(0);
     int         k = PG_GETARG_INT32(2);
     int         nprobe = PG_GETARG_INT32(3);
+    bool        partitioned;
+    Oid         heapid;
     Relation    index;
     GpuivfMetaPageData meta;
     GpuivfQuery query;
@@ -38,11 +40,19 @@ gpuivf_worker_search(PG_FUNCTION_ARGS)
     bool        served;
 
     InitMaterializedSRF(fcinfo, 0);
-    index = index_open(relid, AccessShareLock);
-    if (index->rd_rel->relam != get_index_am_oid("gpuivf", false))
+    heapid = GpuivfCheckIndexArg(relid, &partitioned);
+    if (partitioned)
+    {
+        char       *name = get_rel_name(relid);
+
         ereport(ERROR,
                 (errcode(ERRCODE_WRONG_OBJECT_TYPE),
-                 errmsg("\"%s\" is not a gpuivf index", RelationGetRelationName(index))));
+                 errmsg("\"%s\" is a partitioned index", name),
+                 errdetail("gpuivf_worker_search searches one index, and a partitioned index has one for each partition."),
+                 errhint("Call gpuivf_worker_search on each partition's index; SELECT relid FROM pg_partition_tree('%s') WHERE isleaf lists them.",
+                         name)));
+    }
+    index = GpuivfOpenCheckedIndex(relid, heapid, NULL);
     if (k < 1 || k > GPUIVF_GPU_MAX_K)
         ereport(ERROR,
                 (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -79,6 +89,7 @@ gpuivf_worker_search(PG_FUNCTION_ARGS)
     GpuivfRaiseGpuLimit(index, &query);
 
     gpuivf_device = GPUIVF_DEVICE_GPU;
+    GpuivfWorkerOnlyCaller = "gpuivf_worker_search";
     PG_TRY();
     {
         served = GpuivfWorkerSearch(index, 1, &query, &hits, &nhits, NULL, &meta);
@@ -86,6 +97,7 @@ gpuivf_worker_search(PG_FUNCTION_ARGS)
     PG_FINALLY();
     {
         gpuivf_device = saved_device;
+        GpuivfWorkerOnlyCaller = NULL;
     }
     PG_END_TRY();
     if (!served)                /* cannot happen: raised above or inside */

@@ -23,6 +23,10 @@ Datum       gpuivf_worker_search(PG_FUNCTION_ARGS);   /* worker_search.cpp */
 void        GpuivfAppendCacheInfo(StringInfo json, Relation index);
 /* worker/backend/search.cpp */
 bool        GpuivfWorkerAvailable(void);
+/* The SQL function that asks the worker itself (gpuivf_worker_search), set
+ * while it forces gpuivf.device = gpu for its own call: errors then name it
+ * rather than the setting.  NULL otherwise. */
+extern const char *GpuivfWorkerOnlyCaller;
 /* false when no worker could serve (the caller falls back to the CPU under
  * gpuivf.device = auto); errors the worker reports are raised here.
  * Precisely: false under cpu; false for queries the GPU engine does not

@@ -50,16 +50,28 @@ NoWorkerDetail(char *buf, Size len)
     snprintf(buf, len, "No GPU worker is ready (starting, or restarting after an exit).");
 }
 
+/* worker.h: the SQL function asking the worker itself, or NULL */
+const char *GpuivfWorkerOnlyCaller = NULL;
+
+/* No ready worker where one is required: under gpuivf.device = gpu, or by
+ * an SQL function that only asks the worker (GpuivfWorkerOnlyCaller). */
 void
 RaiseNoWorker(void)
 {
     char        detail[GPUIVF_MESSAGE_LEN + 64];
 
     NoWorkerDetail(detail, sizeof(detail));
+    if (GpuivfWorkerOnlyCaller != NULL)
+        ereport(ERROR,
+                (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                 errmsg("%s needs a gpuivf GPU worker, but none is running", GpuivfWorkerOnlyCaller),
+                 /* the reason depends on the machine: log it, keep client output stable */
+                 errdetail_log("%s", detail),
+                 errhint("%s only asks the GPU worker; the query itself runs on the CPU under gpuivf.device = \"auto\" or \"cpu\".",
+                         GpuivfWorkerOnlyCaller)));
     ereport(ERROR,
             (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
              errmsg("gpuivf.device is set to \"gpu\" but no gpuivf GPU worker is running"),
-             /* the reason depends on the machine: log it, keep client output stable */
              errdetail_log("%s", detail),
              errhint("Set gpuivf.device to \"auto\" or \"cpu\" to run gpuivf scans on the CPU.")));
 }
@@ -139,7 +151,10 @@ RequestFailed(Relation index, GpuivfRequestSlot *slot, bool answered, const char
                  errmsg("gpuivf GPU worker could not %s index \"%s\": %s", what,
                         RelationGetRelationName(index), message),
                  detail[0] ? errdetail("%s", detail) : 0,
-                 errhint("Set gpuivf.device to \"auto\" to answer on the CPU when the GPU cannot.")));
+                 GpuivfWorkerOnlyCaller
+                 ? errhint("%s only asks the GPU worker; the query itself runs on the CPU under gpuivf.device = \"auto\" when the GPU cannot.",
+                           GpuivfWorkerOnlyCaller)
+                 : errhint("Set gpuivf.device to \"auto\" to answer on the CPU when the GPU cannot.")));
     ereport(DEBUG1,
             (errmsg("gpuivf: %s of index \"%s\" runs on the CPU: %s", what,
                     RelationGetRelationName(index), message)));
