@@ -431,6 +431,11 @@ float4     *GpuivfDatumGetVector(Datum value, int *dims);    /* validated, detoa
 const float4 *GpuivfRowVector(Datum *values, bool *isnull, MemoryContext rowctx, int *dims);
                                                             /* values[0] in rowctx, NULL if null */
 void        GpuivfCheckDims(int expected, int actual);
+/* a row's dimensions against an index's: false = same, true = the index
+ * takes them (no dimension yet, or untrained and empty); else ERROR */
+bool        GpuivfIndexTakesDims(Relation index, const GpuivfMetaPageData *meta, int dims);
+/* a query's: true = same, false = the index holds no vector; else ERROR */
+bool        GpuivfQueryMatchesIndex(Relation index, const GpuivfMetaPageData *meta, int dims);
 /* vector.cpp: checks a detoasted real[] (element type, NULLs, shape,
  * empty, NaN, infinity) and returns a pointer to its float4 values inside the
  * array; no dimension limit (GpuivfDatumGetVector adds the index limit). */

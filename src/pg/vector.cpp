@@ -197,6 +197,55 @@ GpuivfCheckDims(int expected, int actual)
                  errmsg("different vector dimensions %d and %d", expected, actual)));
 }
 
+/*
+ * A row of dims dimensions for the index of meta.  Returns false when it has
+ * the index's dimensions, true when the index takes it as its new
+ * dimension: an untrained index that holds no vector (built on a table
+ * without vectors, or emptied by DELETE and VACUUM) has no data and no
+ * model of the old dimension, so the next row fixes it again, as the first
+ * did.  Any other mismatch is an error that names the index and says what
+ * helps.
+ */
+bool
+GpuivfIndexTakesDims(Relation index, const GpuivfMetaPageData *meta, int dims)
+{
+    if (meta->dims == 0 || (uint32) dims == meta->dims)
+        return meta->dims == 0;
+    if (!GpuivfMetaIsTrained(meta) && meta->vectors == 0)
+        return true;
+    ereport(ERROR,
+            (errcode(ERRCODE_DATA_EXCEPTION),
+             errmsg("vector has %d dimensions, but gpuivf index \"%s\" has %u",
+                    dims, RelationGetRelationName(index), meta->dims),
+             meta->vectors == 0
+             ? errdetail("The index holds no vectors, but it was trained on vectors of %u dimensions.",
+                         meta->dims)
+             : errdetail("All vectors of a gpuivf index have the same number of dimensions."),
+             errhint("To index vectors of another dimension, rebuild the index with REINDEX INDEX %s once the table holds only those; an index built on a table without vectors takes the dimension of the first vector inserted.",
+                     quote_identifier(RelationGetRelationName(index)))));
+    return false;
+}
+
+/*
+ * Does a query of dims dimensions search the index of meta?  True when the
+ * dimensions agree; false when the index holds no vector at all (the scan
+ * returns no rows, as a sequential scan finds none to compare); otherwise
+ * an error that names the index.
+ */
+bool
+GpuivfQueryMatchesIndex(Relation index, const GpuivfMetaPageData *meta, int dims)
+{
+    if ((uint32) dims == meta->dims)
+        return true;
+    if (meta->vectors == 0)
+        return false;
+    ereport(ERROR,
+            (errcode(ERRCODE_DATA_EXCEPTION),
+             errmsg("query vector has %d dimensions, but gpuivf index \"%s\" has %u",
+                    dims, RelationGetRelationName(index), meta->dims)));
+    return false;
+}
+
 /* Both arguments as checked vectors of the same dimension. */
 static int
 GpuivfGetVectorPair(FunctionCallInfo fcinfo, const float4 **a, const float4 **b)

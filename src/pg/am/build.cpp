@@ -940,7 +940,7 @@ gpuivfbuild(Relation heap, Relation index, IndexInfo *indexInfo)
         GpuivfMetaPageData meta;
 
         GpuivfReadMeta(index, &meta);
-        if (GpuivfCalibrationSearchesOnGpu(&meta))
+        if (GpuivfCalibrationSearchesOnGpu(index, &meta))
             (void) GpuivfWorkerLoadStart(index, &meta);
     }
     GpuivfBuildLogPages(index, bs->forknum);

@@ -213,9 +213,7 @@ InsertRow(Relation index, const GpuivfMetaPageData *meta, const float4 *x, int d
     if (cur->train_id != meta->train_id)
         elog(ERROR, "gpuivf index \"%s\" was rebuilt during an insert",
              RelationGetRelationName(index));
-    if (cur->dims != 0)
-        GpuivfCheckDims((int) cur->dims, dims);
-    plan.set_dims = (cur->dims == 0);
+    plan.set_dims = GpuivfIndexTakesDims(index, cur, dims);
 
     GpuivfLogInsert(index, &plan);
 
@@ -261,9 +259,7 @@ gpuivfinsert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
     GpuivfCheckMaxDims(dims);
     st = GpuivfGetIndexState(index);
     meta = st->meta;
-    if (meta.dims != 0)
-        GpuivfCheckDims((int) meta.dims, dims);
-    else
+    if (GpuivfIndexTakesDims(index, &meta, dims))
         (void) GpuivfResolvePqM(index, GpuivfGetOptions(index)->pq_m, dims);
 
     if (GpuivfMetaIsTrained(&meta))

@@ -673,9 +673,9 @@ GpuivfStartScan(IndexScanDesc scan)
     GpuivfReadMeta(index, &so->meta);     /* checks the format too */
     pgstat_count_index_scan(index);
     so->phase = GPUIVF_PHASE_DONE;
-    if (so->no_rows || so->meta.dims == 0)
+    if (so->no_rows || so->meta.dims == 0 ||
+        !GpuivfQueryMatchesIndex(index, &so->meta, so->query_dims))
         return;
-    GpuivfCheckDims((int) so->meta.dims, so->query_dims);
 
     so->metric = (gpuivf::Metric) so->meta.metric;
     so->rerank = GpuivfMetaIsTrained(&so->meta) && (so->meta.flags & GPUIVF_META_RERANK) != 0;

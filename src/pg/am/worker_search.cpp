@@ -59,7 +59,6 @@ gpuivf_worker_search(PG_FUNCTION_ARGS)
                  errmsg("k must be between 1 and %d", GPUIVF_GPU_MAX_K)));
     GpuivfReadMeta(index, &meta);
     query.vector = GpuivfDatumGetVector(PG_GETARG_DATUM(1), &dims);
-    GpuivfCheckDims((int) meta.dims, dims);
     if (nprobe <= 0)
     {
         /* what a scan of this index would probe */
@@ -73,19 +72,24 @@ gpuivf_worker_search(PG_FUNCTION_ARGS)
     query.rerank = (meta.flags & GPUIVF_META_RERANK) ? Max(gpuivf_rerank_candidates, k) : 0;
 
     /* what the worker never takes, said precisely */
-    if (index->rd_rel->relpersistence == RELPERSISTENCE_TEMP || !GpuivfMetaIsTrained(&meta) ||
+    if (!GpuivfWorkerCanRead(index) || !GpuivfMetaIsTrained(&meta) ||
         GpuivfQueryIsExact(&meta, &query))
         ereport(ERROR,
                 (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
                  errmsg("the gpuivf GPU worker does not search index \"%s\" this way",
                         RelationGetRelationName(index)),
-                 index->rd_rel->relpersistence == RELPERSISTENCE_TEMP
+                 !GpuivfWorkerCanRead(index)
                  ? errdetail("A temporary index is searched by its own backend, on the CPU.")
                  : !GpuivfMetaIsTrained(&meta)
                  ? errdetail("An untrained index is searched exactly, on the CPU.")
                  : errdetail("Probing all %u lists of an index that stores vectors is an exact scan, which runs on the CPU.",
                              meta.lists),
                  errhint("Compare with the query itself under gpuivf.device = \"cpu\".")));
+    if (!GpuivfQueryMatchesIndex(index, &meta, dims))
+    {
+        index_close(index, AccessShareLock);
+        return (Datum) 0;       /* the index holds no vector */
+    }
     GpuivfRaiseGpuLimit(index, &query);
 
     gpuivf_device = GPUIVF_DEVICE_GPU;

@@ -28,7 +28,7 @@ void        GpuivfCalibSampleAdd(GpuivfCalibSample *sample, const float4 *x, uin
 bool        GpuivfCalibrate(Relation index, Relation heap, const GpuivfCalibSample *drawn);
 /* Would calibrating an index of meta's shape search through the GPU worker
  * (gpuivf.device not cpu, a worker up, every point within its limits)? */
-bool        GpuivfCalibrationSearchesOnGpu(const GpuivfMetaPageData *meta);
+bool        GpuivfCalibrationSearchesOnGpu(Relation index, const GpuivfMetaPageData *meta);
 /* Should VACUUM (which hides a following ANALYZE from the AM) re-measure?
  * True when the index has no curve or its size changed by 10% or more. */
 bool        GpuivfCalibrationIsStale(const GpuivfMetaPageData *meta);

@@ -359,22 +359,22 @@ SearchStage(SweepState *sw, const uint32 *points, int first, int last)
  * both measure the same curve.
  */
 static bool
-CalibrateViaSearch(const GpuivfMetaPageData *meta)
+CalibrateViaSearch(Relation index, const GpuivfMetaPageData *meta)
 {
 #ifdef GPUIVF_CALIBRATE_VIA_SEARCH
     return true;
 #else
     /* every point within the GPU engine's nprobe limit: none falls back */
     return gpuivf_device != GPUIVF_DEVICE_CPU && GpuivfWorkerAvailable() &&
-        meta->lists <= GPUIVF_GPU_MAX_NPROBE;
+        GpuivfWorkerCanRead(index) && meta->lists <= GPUIVF_GPU_MAX_NPROBE;
 #endif
 }
 
 /* The calibration's searches go to the GPU worker (calibration.h). */
 bool
-GpuivfCalibrationSearchesOnGpu(const GpuivfMetaPageData *meta)
+GpuivfCalibrationSearchesOnGpu(Relation index, const GpuivfMetaPageData *meta)
 {
-    return gpuivf_analyze_sample > 0 && CalibrateViaSearch(meta);
+    return gpuivf_analyze_sample > 0 && CalibrateViaSearch(index, meta);
 }
 
 /* Mean recall measured at point j. */
@@ -400,7 +400,7 @@ MeasureCurve(Relation index, const GpuivfMetaPageData *meta, const CalibSample *
     int         stage_end_prev = -1;
     float      *cand_vals;
     uint64     *cand_ids;
-    bool        via_search = CalibrateViaSearch(meta);
+    bool        via_search = CalibrateViaSearch(index, meta);
 
     memset(&sw, 0, sizeof(sw));
     sw.index = index;

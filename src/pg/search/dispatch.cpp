@@ -109,7 +109,7 @@ GpuivfSearchBatch(Relation index, int nq, const GpuivfQuery *queries,
     }
 
     GpuivfGivenOrReadMeta(index, given_meta, &meta);
-    temp = index->rd_rel->relpersistence == RELPERSISTENCE_TEMP;
+    temp = !GpuivfWorkerCanRead(index);
     gpu_which = (int *) palloc(sizeof(int) * nq);
     cpu_which = (int *) palloc(sizeof(int) * nq);
     for (int i = 0; i < nq; i++)

@@ -23,6 +23,9 @@ Datum       gpuivf_worker_search(PG_FUNCTION_ARGS);   /* worker_search.cpp */
 void        GpuivfAppendCacheInfo(StringInfo json, Relation index);
 /* worker/backend/search.cpp */
 bool        GpuivfWorkerAvailable(void);
+/* may the GPU worker be asked to read this index's pages (search, load)?
+ * Not a temporary one: its pages live in this backend's local buffers */
+bool        GpuivfWorkerCanRead(Relation index);
 /* The SQL function that asks the worker itself (gpuivf_worker_search), set
  * while it forces gpuivf.device = gpu for its own call: errors then name it
  * rather than the setting.  NULL otherwise. */

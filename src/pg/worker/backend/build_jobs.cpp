@@ -275,7 +275,8 @@ GpuivfWorkerLoadStart(Relation index, const GpuivfMetaPageData *meta)
     GpuivfRequestSlot *slot;
 
     Assert(PendingLoad == NULL);
-    if (gpuivf_device == GPUIVF_DEVICE_CPU || GpuivfReadyWorkers() == 0 || ShardCount(meta) > 1)
+    if (gpuivf_device == GPUIVF_DEVICE_CPU || GpuivfReadyWorkers() == 0 || ShardCount(meta) > 1 ||
+        !GpuivfWorkerCanRead(index))
         return false;
     if ((slot = GpuivfMySlot()) == NULL)
         return false;

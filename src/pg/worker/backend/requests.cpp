@@ -89,6 +89,14 @@ GpuivfCountCpuFallbacks(int worker, int64 n)
         pg_atomic_fetch_add_u64(&GpuivfShmem->fallbacks_no_worker, (uint64) n);
 }
 
+/* See worker.h.  Requests that carry their data (training, encoding,
+ * exact kNN) may come from a temporary index; searches and loads may not. */
+bool
+GpuivfWorkerCanRead(Relation index)
+{
+    return !RelationUsesLocalBuffers(index);
+}
+
 /* Is a GPU worker with a usable GPU up to take requests? */
 bool
 GpuivfWorkerAvailable(void)

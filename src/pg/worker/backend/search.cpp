@@ -417,8 +417,8 @@ GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
 
     if (nq <= 0 || !WorkerUsable(nq))
         return false;
-    if (index->rd_rel->relpersistence == RELPERSISTENCE_TEMP)
-        return false;           /* local buffers: only this backend can read them */
+    if (!GpuivfWorkerCanRead(index))
+        return false;
     GpuivfGivenOrReadMeta(index, given_meta, &meta);
     if (!GpuivfMetaIsTrained(&meta) || meta.dims == 0 || meta.lists > GPUIVF_CUDA_MAX_LISTS)
         return false;
