@@ -75,6 +75,17 @@ enum {
 #define GPUIVF_CUDA_MAX_K 1024      /* k-selection bound */
 #define GPUIVF_CUDA_MAX_LISTS 65536
 #define GPUIVF_CUDA_MAX_NPROBE 1024
+/*
+ * Vector values: finite, of magnitude at most GPUIVF_CUDA_MAX_COMPONENT
+ * (gpuivf::kMaxComponent, whose comment shows that no sum overflows float32
+ * below it); gpuivf rejects other values at input.  The training functions
+ * check host arrays: a vector value outside the bound is
+ * GPUIVF_CUDA_INVALID_ARGUMENT, and a trained centroid or codebook value that
+ * is not finite or beyond GPUIVF_CUDA_MAX_MODEL_COMPONENT is
+ * GPUIVF_CUDA_INTERNAL rather than a result.
+ */
+#define GPUIVF_CUDA_MAX_COMPONENT 1e15f
+#define GPUIVF_CUDA_MAX_MODEL_COMPONENT 4e15f
 
 /* ------------------------------------------------------------- resources */
 

@@ -4,6 +4,7 @@
  * thrown inside the engine gets past these functions.
  */
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -21,6 +22,17 @@
 using namespace gpuivf_cuda;
 
 namespace {
+
+/* A host array of vector or model values against a bound (the header's
+ * GPUIVF_CUDA_MAX_COMPONENT contract); device arrays are the caller's to
+ * check.  NaN fails the comparison too. */
+void require_host_within(const float *p, int64_t count, float bound, int32_t code, const char *what) {
+    if (p == nullptr || count <= 0 || is_device_pointer(p)) return;
+    for (int64_t i = 0; i < count; i++)
+        if (!(std::fabs(p[i]) <= bound))
+            throw Error(code, "%s value %lld is not finite or exceeds %g in magnitude", what,
+                        static_cast<long long>(i), static_cast<double>(bound));
+}
 
 gpuivf_cuda_status ok_status() {
     gpuivf_cuda_status s;
@@ -262,11 +274,14 @@ gpuivf_cuda_status gpuivf_cuda_kmeans(gpuivf_cuda_resources *res, const float *x
     GPUIVF_REQUIRE(d >= 1 && d <= kMaxDims, "k-means dimension %d is out of range 1..%d", d, kMaxDims);
     GPUIVF_REQUIRE(k >= 1 && k <= GPUIVF_CUDA_MAX_LISTS, "k-means cluster count %d is out of range", k);
     GPUIVF_REQUIRE(n >= 1, "k-means needs at least one training vector");
+    require_host_within(x, n * d, GPUIVF_CUDA_MAX_COMPONENT, GPUIVF_CUDA_INVALID_ARGUMENT, "k-means input");
     Input<float> in(r, x, n * d);
     Output<float> out(r, centroids, static_cast<int64_t>(k) * d);
     kmeans(r, in.get(), n, d, k, to_params(params), out.get());
     out.finish();
     sync(r);
+    require_host_within(centroids, static_cast<int64_t>(k) * d, GPUIVF_CUDA_MAX_MODEL_COMPONENT,
+                        GPUIVF_CUDA_INTERNAL, "k-means centroid");
     API_END
 }
 
@@ -279,11 +294,16 @@ gpuivf_cuda_status gpuivf_cuda_pq_train(gpuivf_cuda_resources *res, const float 
     GPUIVF_REQUIRE(d >= 1 && d <= kMaxDims && m >= 1 && m <= 1024 && d % m == 0 && (nbits == 4 || nbits == 8),
                    "invalid product quantizer shape: %d dimensions, %d sub-quantizers, %d bits", d, m, nbits);
     GPUIVF_REQUIRE(n >= 1, "product quantizer training needs at least one vector");
+    /* residuals of vectors and centroids within the bound lie within twice it */
+    require_host_within(residuals, n * d, 2 * GPUIVF_CUDA_MAX_COMPONENT, GPUIVF_CUDA_INVALID_ARGUMENT,
+                        "product quantizer input");
     Input<float> in(r, residuals, n * d);
     Output<float> out(r, codebook, codebook_floats(d, m, nbits));
     pq_train(r, in.get(), n, d, m, nbits, to_params(params), out.get());
     out.finish();
     sync(r);
+    require_host_within(codebook, codebook_floats(d, m, nbits), GPUIVF_CUDA_MAX_MODEL_COMPONENT,
+                        GPUIVF_CUDA_INTERNAL, "product quantizer codebook");
     API_END
 }
 
@@ -300,6 +320,7 @@ gpuivf_cuda_status gpuivf_cuda_ivfpq_train(gpuivf_cuda_resources *res, int32_t m
     GPUIVF_REQUIRE(nlist >= 1 && nlist <= GPUIVF_CUDA_MAX_LISTS, "lists %d is out of range 1..%d", nlist,
                    GPUIVF_CUDA_MAX_LISTS);
     GPUIVF_REQUIRE(n >= 1, "training needs at least one vector");
+    require_host_within(x, n * d, GPUIVF_CUDA_MAX_COMPONENT, GPUIVF_CUDA_INVALID_ARGUMENT, "training input");
     Input<float> in(r, x, n * d);
     Output<float> oc(r, centroids, static_cast<int64_t>(nlist) * d);
     Output<float> ob(r, codebook, codebook_floats(d, m, nbits));
@@ -307,6 +328,10 @@ gpuivf_cuda_status gpuivf_cuda_ivfpq_train(gpuivf_cuda_resources *res, int32_t m
     oc.finish();
     ob.finish();
     sync(r);
+    require_host_within(centroids, static_cast<int64_t>(nlist) * d, GPUIVF_CUDA_MAX_MODEL_COMPONENT,
+                        GPUIVF_CUDA_INTERNAL, "trained centroid");
+    require_host_within(codebook, codebook_floats(d, m, nbits), GPUIVF_CUDA_MAX_MODEL_COMPONENT,
+                        GPUIVF_CUDA_INTERNAL, "trained codebook");
     API_END
 }
 

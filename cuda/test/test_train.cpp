@@ -134,6 +134,34 @@ TEST(Cancel, KMeansStopsWithCanceled) {
     EXPECT_GPU_OK(gpuivf_cuda_kmeans(gt::gpu(), x.data(), 5000, 16, 100, nullptr, c.data()));
 }
 
+// Vector values beyond GPUIVF_CUDA_MAX_COMPONENT (NaN, infinities, 1e19) are
+// refused by every training entry point; values at the bound train to
+// finite centroids and codebooks.
+TEST(ValueRange, TrainingRefusesOutOfRangeAndStaysFiniteAtTheBound) {
+    REQUIRE_GPU();
+    const int d = 16, n = 2000, k = 8, m = 4;
+    gpuivf_cuda_kmeans_params p = gpuivf_cuda_kmeans_default_params();
+    std::vector<float> c(k * d), cb(static_cast<size_t>(m) * 256 * (d / m));
+    for (float bad : {NAN, INFINITY, 1e19f, -3e38f}) {
+        std::vector<float> x = gt::random_vectors(n, d, 5);
+        x[77] = bad;
+        EXPECT_EQ(gpuivf_cuda_kmeans(gt::gpu(), x.data(), n, d, k, &p, c.data()).code, GPUIVF_CUDA_INVALID_ARGUMENT);
+        EXPECT_EQ(gpuivf_cuda_pq_train(gt::gpu(), x.data(), n, d, m, 8, &p, cb.data()).code,
+                  GPUIVF_CUDA_INVALID_ARGUMENT);
+        EXPECT_EQ(gpuivf_cuda_ivfpq_train(gt::gpu(), 1, x.data(), n, d, k, m, 8, &p, c.data(), cb.data()).code,
+                  GPUIVF_CUDA_INVALID_ARGUMENT);
+    }
+    std::vector<float> x = gt::random_vectors(n, d, 6);
+    for (float &v : x) v = v < 0 ? -GPUIVF_CUDA_MAX_COMPONENT : GPUIVF_CUDA_MAX_COMPONENT;
+    for (int metric : {1, 2, 3}) {
+        gt::poison_nan(c);
+        gt::poison_nan(cb);
+        EXPECT_GPU_OK(gpuivf_cuda_ivfpq_train(gt::gpu(), metric, x.data(), n, d, k, m, 8, &p, c.data(), cb.data()));
+        for (float v : c) ASSERT_TRUE(std::isfinite(v));
+        for (float v : cb) ASSERT_TRUE(std::isfinite(v));
+    }
+}
+
 TEST(Resources, BadDeviceIsAnErrorNotACrash) {
     REQUIRE_GPU();
     gpuivf_cuda_resources *r = nullptr;

@@ -34,6 +34,14 @@ std::vector<int64_t> sample_rows(int64_t n, int64_t count, uint64_t seed);
 std::vector<float> gather_rows(const float *x, int d, const std::vector<int64_t> &rows);
 
 /*
+ * Lloyd k-means (kmeans_train's work) without its argument checks, for
+ * pq_train, whose residuals may reach twice kmeans_train's value bound;
+ * throws std::bad_alloc (callers catch it).
+ */
+Status kmeans_run(const float *x, int64_t n, int d, int k, const KMeansParams &params,
+                  float *centroids, const CancelHook *cancel);
+
+/*
  * C = A * B^T for row-major A (rows x d) and B (cols x d): C is rows x cols.
  * Single-threaded OpenBLAS sgemm.
  */

@@ -79,6 +79,12 @@ double cosine_distance(const float *a, const float *b, int d) noexcept {
     return 1.0 - sim;
 }
 
+bool components_within(const float *x, int64_t n, float bound) noexcept {
+    bool good = true;
+    for (int64_t i = 0; i < n; i++) good &= std::fabs(x[i]) <= bound; /* false for NaN */
+    return good;
+}
+
 double metric_distance(Metric m, const float *a, const float *b, int d) noexcept {
     switch (m) {
         case Metric::L2: return l2_distance(a, b, d);

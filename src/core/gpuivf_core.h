@@ -72,6 +72,27 @@ constexpr int kMaxLists = 65536;
 constexpr int kMaxPqM = 1024;
 constexpr int kMaxK = 1024;          /* k-selection bound (GPU WarpSelect too) */
 
+/*
+ * The largest magnitude of a vector component.  src/pg rejects larger values
+ * at input (operators, index rows, queries), as it rejects NaN and
+ * infinities, and training rejects them, so that no sum either engine forms
+ * can overflow float32, up to 16,000 dimensions (d) and B = kMaxComponent:
+ * a squared L2 distance is at most 4 d B^2 = 6.4e34; the GEMM form
+ * ||x||^2 + ||c||^2 - 2 x.c at most 4 d B^2; PQ residuals lie within 2B and
+ * an ADC score sums look-ups of at most 16 d B^2 = 2.6e35 in total; a k-means
+ * sum over 2^31 points stays below 2.2e24 — all at least 1,000 times below
+ * FLT_MAX (3.4e38).  Real embeddings are many orders of magnitude smaller.
+ */
+constexpr float kMaxComponent = 1e15f;
+/* The bound of a trained model's values: centroids are means of vectors,
+ * codebooks means of residuals (within 2 kMaxComponent), both moved by the
+ * tiny perturbations that split empty clusters.  Training returns an error
+ * rather than a model value outside it (or not finite). */
+constexpr float kMaxModelComponent = 4 * kMaxComponent;
+
+/* Is every x[0..n) finite with |x| <= bound? */
+bool components_within(const float *x, int64_t n, float bound) noexcept;
+
 /* Call once per process before the first GEMM: OpenBLAS stays single-threaded
  * inside a PostgreSQL backend (no helper threads receiving signals).  The
  * engine also calls it itself before its first GEMM.  Note: Debian's pthread

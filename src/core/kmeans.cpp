@@ -170,6 +170,10 @@ int update_centroids(const float *x, int64_t n, int d, int k, const int32_t *lab
     return empty;
 }
 
+}  // namespace
+
+namespace detail {
+
 Status kmeans_run(const float *x, int64_t n, int d, int k, const KMeansParams &params,
                   float *centroids, const CancelHook *cancel) {
     if (n <= k) {
@@ -215,7 +219,7 @@ Status kmeans_run(const float *x, int64_t n, int d, int k, const KMeansParams &p
     return status_ok();
 }
 
-}  // namespace
+}  // namespace detail
 
 KMeansParams kmeans_default_params() noexcept {
     KMeansParams p;
@@ -234,8 +238,15 @@ Status kmeans_train(const float *x, int64_t n, int d, int k, const KMeansParams 
         return status_error(kInvalidArgument, "k-means dimension %d is out of range 1..%d", d, kMaxDims);
     if (k < 1 || k > kMaxLists)
         return status_error(kInvalidArgument, "k-means cluster count %d is out of range 1..%d", k, kMaxLists);
+    if (!components_within(x, n * d, kMaxComponent))
+        return status_error(kInvalidArgument,
+                            "k-means training vectors must be finite with magnitudes up to %g",
+                            static_cast<double>(kMaxComponent));
     try {
-        return kmeans_run(x, n, d, k, params, centroids, cancel);
+        Status st = detail::kmeans_run(x, n, d, k, params, centroids, cancel);
+        if (ok(st) && !components_within(centroids, static_cast<int64_t>(k) * d, kMaxModelComponent))
+            return status_error(kInternal, "k-means produced a centroid that is not finite or out of range");
+        return st;
     } catch (const std::bad_alloc &) {
         return detail::out_of_memory_status("k-means training");
     } catch (...) {

@@ -51,8 +51,9 @@ Status pq_train_run(const float *residuals, int64_t n, int d, int m, int nbits, 
         for (int64_t i = 0; i < n; i++)
             std::memcpy(&sub[i * dsub], residuals + i * d + j * dsub, sizeof(float) * dsub);
         params.seed = seed + 7919ULL * (j + 1);
-        Status st = kmeans_train(sub.data(), n, dsub, ksub, params,
-                                 codebook + static_cast<int64_t>(j) * ksub * dsub, cancel);
+        /* not kmeans_train: residuals may reach twice its input bound */
+        Status st = detail::kmeans_run(sub.data(), n, dsub, ksub, params,
+                                       codebook + static_cast<int64_t>(j) * ksub * dsub, cancel);
         if (!ok(st)) return st;
     }
     return status_ok();
@@ -68,8 +69,17 @@ Status pq_train(const float *residuals, int64_t n, int d, int m, int nbits, uint
                             d, m, nbits);
     if (n < 1 || residuals == nullptr || codebook == nullptr)
         return status_error(kInvalidArgument, "product quantizer training needs at least one vector");
+    /* residuals of vectors and centroids within kMaxComponent lie within twice it */
+    if (!components_within(residuals, n * d, 2 * kMaxComponent))
+        return status_error(kInvalidArgument,
+                            "product quantizer training residuals must be finite with magnitudes up to %g",
+                            2 * static_cast<double>(kMaxComponent));
     try {
-        return pq_train_run(residuals, n, d, m, nbits, seed, codebook, cancel);
+        Status st = pq_train_run(residuals, n, d, m, nbits, seed, codebook, cancel);
+        const int64_t floats = static_cast<int64_t>(m) * (int64_t(1) << nbits) * (d / m);
+        if (ok(st) && !components_within(codebook, floats, kMaxModelComponent))
+            return status_error(kInternal, "product quantizer training produced a value that is not finite or out of range");
+        return st;
     } catch (const std::bad_alloc &) {
         return detail::out_of_memory_status("product quantizer training");
     } catch (...) {

@@ -437,9 +437,13 @@ bool        GpuivfIndexTakesDims(Relation index, const GpuivfMetaPageData *meta,
 /* a query's: true = same, false = the index holds no vector; else ERROR */
 bool        GpuivfQueryMatchesIndex(Relation index, const GpuivfMetaPageData *meta, int dims);
 /* vector.cpp: checks a detoasted real[] (element type, NULLs, shape,
- * empty, NaN, infinity) and returns a pointer to its float4 values inside the
- * array; no dimension limit (GpuivfDatumGetVector adds the index limit). */
+ * empty, NaN, infinity, magnitude above gpuivf::kMaxComponent) and returns a
+ * pointer to its float4 values inside the array; no dimension limit
+ * (GpuivfDatumGetVector adds the index limit). */
 const float4 *GpuivfArrayGetValues(ArrayType *array, int *dims);
+/* the value test of GpuivfArrayGetValues, without raising: finite and
+ * within +-gpuivf::kMaxComponent */
+bool        GpuivfValuesAcceptable(const float4 *x, int n);
 /* utils.cpp: engine status, the engine's cancel hook, small algorithms */
 void        GpuivfRaiseStatus(const gpuivf::Status &status);
 bool        GpuivfShouldCancel(void *arg);                   /* CancelHook, never longjmps */

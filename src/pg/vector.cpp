@@ -35,22 +35,25 @@ GpuivfGetMetric(Relation index)
 }
 
 /*
- * Is any of x[0..n) a NaN or an infinity?  Those are the floats whose
- * exponent bits are all ones, so adding one to the exponent field carries
- * into the sign bit.  Written on four lanes at a time (GCC/Clang vector
- * extensions: SSE2, NEON): every kNN statement checks the query and each
- * returned row's vector through the distance operator (the executor
- * projects the ORDER BY expression), and the element-wise isnan/isinf loop
- * took about twice the CPU of this one; what remains is mostly the first
- * touch of the row's vector, which the distance needs anyway.
+ * Are all of x[0..n) acceptable vector values: finite, and no larger in
+ * magnitude than gpuivf::kMaxComponent (1e15, chosen so that no distance or
+ * training sum overflows float32; see gpuivf_core.h)?  The fast test flags
+ * every float of magnitude 2^49 (5.6e14) or more, NaN and infinities
+ * included: those whose exponent field is at least 127 + 49, so that adding
+ * 256 - 176 to the field carries into the sign bit.  Written on four lanes at
+ * a time (GCC/Clang vector extensions: SSE2, NEON): every kNN statement
+ * checks the query and each returned row's vector through the distance
+ * operator (the executor projects the ORDER BY expression), and the
+ * element-wise loop took about twice the CPU of this one.  Only flagged
+ * arrays take the exact element-wise test.
  */
 typedef uint32 GpuivfU32x4 __attribute__((vector_size(16)));
 
 static inline bool
-GpuivfAnyNonFinite(const float4 *x, int n)
+GpuivfAnyLarge(const float4 *x, int n)
 {
     const uint32 exp_mask = 0x7f800000;
-    const uint32 exp_one = 0x00800000;
+    const uint32 exp_carry = (uint32) (256 - (127 + 49)) << 23;
     GpuivfU32x4 acc = {0, 0, 0, 0};
     uint32      bad = 0;
     int         i = 0;
@@ -60,22 +63,29 @@ GpuivfAnyNonFinite(const float4 *x, int n)
         GpuivfU32x4 b;
 
         memcpy(&b, x + i, sizeof(b));
-        acc |= (b & exp_mask) + exp_one;
+        acc |= (b & exp_mask) + exp_carry;
     }
     for (; i < n; i++)
     {
         uint32      b;
 
         memcpy(&b, x + i, sizeof(b));
-        bad |= (b & exp_mask) + exp_one;
+        bad |= (b & exp_mask) + exp_carry;
     }
     bad |= acc[0] | acc[1] | acc[2] | acc[3];
     return (bad & 0x80000000) != 0;
 }
 
+bool
+GpuivfValuesAcceptable(const float4 *x, int n)
+{
+    return !GpuivfAnyLarge(x, n) || gpuivf::components_within(x, n, gpuivf::kMaxComponent);
+}
+
 /*
  * Checks a detoasted real[] for use as a vector and returns its values in
- * place: real elements, no NULLs, one dimension, not empty, all finite.
+ * place: real elements, no NULLs, one dimension, not empty, all finite and
+ * within +-gpuivf::kMaxComponent.
  */
 const float4 *
 GpuivfArrayGetValues(ArrayType *array, int *dims)
@@ -110,7 +120,7 @@ GpuivfArrayGetValues(ArrayType *array, int *dims)
     /* without NULLs the elements are a plain, aligned float4 array; the
      * element-wise loop only runs to name the first bad element's error */
     x = (const float4 *) ARR_DATA_PTR(array);
-    if (unlikely(GpuivfAnyNonFinite(x, n)))
+    if (unlikely(!GpuivfValuesAcceptable(x, n)))
     {
         for (int i = 0; i < n; i++)
         {
@@ -122,6 +132,12 @@ GpuivfArrayGetValues(ArrayType *array, int *dims)
                 ereport(ERROR,
                         (errcode(ERRCODE_DATA_EXCEPTION),
                          errmsg("vector must not contain infinite values")));
+            if (std::fabs(x[i]) > gpuivf::kMaxComponent)
+                ereport(ERROR,
+                        (errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+                         errmsg("vector value %g is out of range", (double) x[i]),
+                         errdetail("Element %d of the array; vector values must lie between -1e+15 and 1e+15, so that no distance overflows single precision.",
+                                   ARR_LBOUND(array)[0] + i)));
         }
     }
     *dims = n;

@@ -188,3 +188,63 @@ TEST(AssignNearest, UsesGivenCentroidNorms) {
     ASSERT_TRUE(ok(assign_nearest(cents.data(), nullptr, k, d, x.data(), n, b.data(), nullptr, nullptr)));
     EXPECT_EQ(a, b);
 }
+
+// Training refuses values outside +-kMaxComponent (NaN, infinities, 1e19),
+// and on values at the bound gives finite centroids and codebooks, and
+// finite distances and ADC scores (no float32 overflow anywhere).
+TEST(ValueRange, TrainingRejectsOutOfRangeInput) {
+    const int d = 8, n = 64, k = 4;
+    const float bad[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                         1e19f, -3e38f, 1.0001e15f};
+    for (float b : bad) {
+        std::vector<float> x(n * d, 0.5f);
+        x[13] = b;
+        std::vector<float> cents(k * d);
+        Status st = kmeans_train(x.data(), n, d, k, kmeans_default_params(), cents.data(), nullptr);
+        EXPECT_EQ(st.code, kInvalidArgument) << b;
+        std::vector<float> cb(2 * 256 * (d / 2));
+        x[13] = b > 0 ? 2 * b : b;  // residuals may reach 2 * kMaxComponent, no more
+        st = pq_train(x.data(), n, d, 2, 8, 1, cb.data(), nullptr);
+        EXPECT_EQ(st.code, kInvalidArgument) << b;
+    }
+    EXPECT_TRUE(components_within(std::vector<float>(3, -kMaxComponent).data(), 3, kMaxComponent));
+    EXPECT_FALSE(components_within(std::vector<float>(3, 1.0001e15f).data(), 3, kMaxComponent));
+}
+
+TEST(ValueRange, ExtremeValuesTrainAndScoreFinitely) {
+    const int d = 2000, n = 300, k = 8, m = 4;
+    // every component at +-kMaxComponent, signs at random
+    std::vector<float> x = gpuivf_test::random_vectors(n, d, 7);
+    for (auto &v : x) v = v < 0 ? -kMaxComponent : kMaxComponent;
+    std::vector<float> cents(static_cast<size_t>(k) * d);
+    ASSERT_TRUE(ok(kmeans_train(x.data(), n, d, k, kmeans_default_params(), cents.data(), nullptr)));
+    EXPECT_TRUE(all_finite(cents));
+    // the largest squared distance at the bound: 4 d B^2 (8e33 here)
+    EXPECT_TRUE(std::isfinite(l2_squared(&x[0], &x[d], d)));
+    std::vector<float> far(d, -kMaxComponent), near(d, kMaxComponent);
+    EXPECT_TRUE(std::isfinite(l2_squared(far.data(), near.data(), d)));
+    EXPECT_TRUE(std::isfinite(inner_product(far.data(), near.data(), d)));
+
+    std::vector<float> norms(k);
+    row_norms(cents.data(), k, d, norms.data());
+    std::vector<int32_t> labels(n);
+    ASSERT_TRUE(ok(assign_nearest(cents.data(), norms.data(), k, d, x.data(), n, labels.data(), nullptr, nullptr)));
+    std::vector<float> resid(x);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < d; j++) resid[static_cast<size_t>(i) * d + j] -= cents[static_cast<size_t>(labels[i]) * d + j];
+    std::vector<float> cb(static_cast<size_t>(m) * 256 * (d / m));
+    Status pst = pq_train(resid.data(), n, d, m, 8, 1, cb.data(), nullptr);
+    ASSERT_TRUE(ok(pst)) << pst.message;
+    EXPECT_TRUE(all_finite(cb));
+
+    IvfPqModel model{Metric::L2, d, k, m, 8, cents.data(), norms.data(), cb.data()};
+    std::vector<int32_t> lists(n);
+    std::vector<uint8_t> codes(static_cast<size_t>(n) * m);
+    ASSERT_TRUE(ok(ivfpq_encode(model, x.data(), n, lists.data(), codes.data(), nullptr)));
+    std::vector<float> lut(ivfpq_lut_size(model));
+    float bias = 0;
+    ivfpq_build_lut(model, far.data(), lists[0], lut.data(), &bias);
+    std::vector<float> scores(n);
+    ivfpq_adc_scores(model, lut.data(), bias, codes.data(), n, scores.data());
+    for (float s : scores) EXPECT_TRUE(std::isfinite(s));
+}

@@ -311,6 +311,14 @@ TrainModel(GpuivfBuildState *bs)
     }
     pfree(bs->sample);
     bs->sample = NULL;
+    /* the engines check this themselves; whichever trained, an index never
+     * gets a centroid or codebook value a search cannot use */
+    if (!gpuivf::components_within(bs->centroids, (int64) bs->lists * d, gpuivf::kMaxModelComponent) ||
+        !gpuivf::components_within(bs->codebook, (int64) codebook_floats, gpuivf::kMaxModelComponent))
+        ereport(ERROR,
+                (errcode(ERRCODE_INTERNAL_ERROR),
+                 errmsg("training gpuivf index \"%s\" produced a centroid or codebook value that is not finite",
+                        RelationGetRelationName(bs->index))));
 
     bs->model.metric = bs->metric;
     bs->model.d = d;

@@ -4,12 +4,13 @@
  *
  * gpuivf_verify is the amcheck of gpuivf.  It checks, under AccessShareLock:
  *   - the metapage (format, options, page ranges);
- *   - the model pages (types, finite values);
+ *   - the model pages (types, finite values within gpuivf::kMaxModelComponent);
  *   - the directory and every list chain: page types, no cycle, no page in
  *     two chains, tail and insert_page on the chain, counts equal to the
  *     directory and, summed, to the metapage;
  *   - every page of the index has a known role (no orphan list page);
- *   - vector pages: tuple sizes, finite values, each vector tuple referenced
+ *   - list and vector pages: at most MaxIndexTuplesPerPage line pointers;
+ *   - vector pages: tuple sizes, values as input accepts them, each vector tuple referenced
  *     by exactly one list entry (rerank), or counted (untrained);
  *   - codes vs lists (rerank): the entry's list is the nearest centroid of
  *     its stored vector (within float tolerance) and its code is the best
@@ -187,16 +188,6 @@ VectorHash(const float4 *x, int dims)
     return hash_bytes_extended((const unsigned char *) x, dims * (int) sizeof(float4), 0);
 }
 
-/* Are all values finite? */
-static bool
-AllFinite(const float *x, Size n)
-{
-    for (Size i = 0; i < n; i++)
-        if (!std::isfinite(x[i]))
-            return false;
-    return true;
-}
-
 /* ------------------------------------------------------- metapage, model */
 
 /* Metapage fields against each other and against the index's size. */
@@ -253,10 +244,10 @@ LoadModel(VerifyState *vs)
                        vs->centroids, nc * sizeof(float));
     GpuivfReadRawPages(vs->index, m->codebook_start, m->codebook_pages, GPUIVF_PAGE_CODEBOOK,
                        vs->codebook, nb * sizeof(float));
-    if (!AllFinite(vs->centroids, nc))
-        Corrupt(vs, "A centroid has a NaN or infinite value.");
-    if (!AllFinite(vs->codebook, nb))
-        Corrupt(vs, "A codebook has a NaN or infinite value.");
+    if (!gpuivf::components_within(vs->centroids, nc, gpuivf::kMaxModelComponent))
+        Corrupt(vs, "A centroid has a NaN, infinite or out-of-range value.");
+    if (!gpuivf::components_within(vs->codebook, nb, gpuivf::kMaxModelComponent))
+        Corrupt(vs, "A codebook has a NaN, infinite or out-of-range value.");
     gpuivf::row_norms(vs->centroids, m->lists, m->dims, vs->norms);
     vs->model = GpuivfModelOf(m, vs->centroids, vs->norms, vs->codebook);
 
@@ -515,8 +506,8 @@ VerifyVectorTuple(VerifyState *vs, BlockNumber blkno, OffsetNumber off,
     ref = GpuivfTidToId(&vtid);
     if (!ItemPointerIsValid(&vt->heaptid))
         Corrupt(vs, "Vector tuple (%u,%u) has an invalid heap TID.", blkno, off);
-    if (!AllFinite(x, d))
-        Corrupt(vs, "Vector tuple (%u,%u) has a NaN or infinite value.", blkno, off);
+    if (!GpuivfValuesAcceptable(x, d))
+        Corrupt(vs, "Vector tuple (%u,%u) has a NaN, infinite or out-of-range value.", blkno, off);
     if (!vs->trained)
     {
         e = AddEntry(vs);

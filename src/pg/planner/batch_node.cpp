@@ -145,9 +145,9 @@ BatchBegin(CustomScanState *node, EState *estate, int eflags)
 /*
  * The query vector of the outer row as the inner scans will see it, copied
  * into the chunk context (its length in *n), or NULL when a scan returns no
- * rows or raises an error for it (NULL, wrong shape, NaN): then the scans
- * search themselves, as in a plain nested loop.  A vector of other
- * dimensions than an index's is not searched on that index (LoadChunk).
+ * rows or raises an error for it (NULL, wrong shape, NaN or out of range):
+ * then the scans search themselves, as in a plain nested loop.  A vector of
+ * other dimensions than an index's is not searched on that index (LoadChunk).
  */
 static float4 *
 RowQueryVector(BatchState *bs, int *n)
@@ -173,9 +173,8 @@ RowQueryVector(BatchState *bs, int *n)
     if (*n <= 0)
         return NULL;
     x = (const float4 *) ARR_DATA_PTR(array);
-    for (int i = 0; i < *n; i++)
-        if (!std::isfinite(x[i]))
-            return NULL;
+    if (!GpuivfValuesAcceptable(x, *n))
+        return NULL;
     copy = (float4 *) MemoryContextAlloc(bs->chunk_ctx, sizeof(float4) * *n);
     memcpy(copy, x, sizeof(float4) * *n);
     return copy;
