@@ -16,6 +16,11 @@
  *                                kNN fails with a device error and the file
  *                                is removed
  *   GPUIVF_FAKE_MEMORY_MB=n      "device memory" reported (default 1024)
+ *   GPUIVF_FAKE_OOM_FILE=path    while path exists, every device allocation
+ *                                fails: index_create, index_add_encoded,
+ *                                searches and exact kNN return
+ *                                GPUIVF_CUDA_OUT_OF_MEMORY, as a full GPU
+ *                                does (test/t/513_worker_gpu_oom.pl)
  *   GPUIVF_FAKE_ADD_DELAY_MS=n   every append of entries to an index copy
  *                                (index_add_encoded: loading, catching up)
  *                                first sleeps n ms (default 0), so that a
@@ -105,6 +110,18 @@ static gpuivf_cuda_status ok() { return make_status(GPUIVF_CUDA_OK, nullptr); }
 static gpuivf_cuda_status from_core(const gpuivf::Status &st) {
     return gpuivf::ok(st) ? ok() : make_status(st.code, "%s", st.message);
 }
+
+/* GPUIVF_FAKE_OOM_FILE: is "device memory" exhausted now? */
+static bool device_full() {
+    const char *oom = getenv("GPUIVF_FAKE_OOM_FILE");
+    return oom && access(oom, F_OK) == 0;
+}
+#define RETURN_IF_DEVICE_FULL(what)                                                                     \
+    do {                                                                                                \
+        if (device_full())                                                                              \
+            return make_status(GPUIVF_CUDA_OUT_OF_MEMORY, "out of device memory allocating %s (fake)", \
+                               what);                                                                   \
+    } while (0)
 
 static bool cancel_now(gpuivf_cuda_resources *res) { return res->cancel && res->cancel(res->cancel_arg); }
 static bool core_cancel(void *arg) { return cancel_now(static_cast<gpuivf_cuda_resources *>(arg)); }
@@ -207,6 +224,7 @@ gpuivf_cuda_status gpuivf_cuda_ivfpq_encode(gpuivf_cuda_resources *res, const gp
 
 gpuivf_cuda_status gpuivf_cuda_index_create(gpuivf_cuda_resources *, const gpuivf_cuda_model *model,
                                             int32_t store_vectors, gpuivf_cuda_index **out) noexcept {
+    RETURN_IF_DEVICE_FULL("an index");
     try {
         auto *ix = new gpuivf_cuda_index();
         ix->metric = static_cast<Metric>(model->metric);
@@ -240,6 +258,7 @@ gpuivf_cuda_status gpuivf_cuda_index_add_encoded(gpuivf_cuda_resources *, gpuivf
     const char *add_delay = getenv("GPUIVF_FAKE_ADD_DELAY_MS");
     int add_delay_ms = add_delay ? atoi(add_delay) : 0;
     if (add_delay_ms > 0) usleep(static_cast<useconds_t>(add_delay_ms) * 1000);
+    RETURN_IF_DEVICE_FULL("list entries");
     try {
         for (int64_t i = 0; i < n; i++) {
             if (lists[i] < 0 || lists[i] >= ix->nlist)
@@ -333,6 +352,7 @@ static bool fail_or_delay() {
 gpuivf_cuda_status gpuivf_cuda_exact_knn(gpuivf_cuda_resources *res, int32_t metric, const float *base, int64_t n,
                                          const float *queries, int64_t nq, int32_t d, int32_t k, int32_t,
                                          float *out_scores, uint64_t *out_ids) noexcept {
+    RETURN_IF_DEVICE_FULL("exact kNN buffers");
     if (fail_or_delay())
         return make_status(GPUIVF_CUDA_DEVICE_ERROR, "an illegal memory access was encountered (fake)");
     if (k < 1 || k > GPUIVF_CUDA_MAX_K || d < 1 || d > GPUIVF_CUDA_MAX_DIMS || n < 0 || nq < 0)
@@ -374,6 +394,7 @@ gpuivf_cuda_status gpuivf_cuda_index_search(gpuivf_cuda_resources *, gpuivf_cuda
                                             int64_t nq, const gpuivf_cuda_search_params *p, double *out_distances,
                                             uint64_t *out_ids) noexcept {
     static const bool instant = getenv("GPUIVF_FAKE_INSTANT") != nullptr;
+    RETURN_IF_DEVICE_FULL("search buffers");
     if (fail_or_delay())
         return make_status(GPUIVF_CUDA_DEVICE_ERROR, "an illegal memory access was encountered (fake)");
     if (p->k < 1 || p->k > GPUIVF_CUDA_MAX_K || p->rerank_candidates > GPUIVF_CUDA_MAX_K)
