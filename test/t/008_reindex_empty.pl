@@ -34,7 +34,7 @@ $info = index_info($node, 'items_v_idx');
 is($info->{dims}, 24, 'dimensions come from the first insert');
 is($info->{vectors}, 4000, 'all 4000 inserted vectors are in the index');
 my ($r2, $o2, $e2) = $node->psql('postgres', q{INSERT INTO items VALUES (-1, '{1,2,3}')});
-like($e2, qr/different vector dimensions/, 'a vector of other dimensions is rejected');
+like($e2, qr/vector has 3 dimensions, but gpuivf index "items_v_idx" has 24/, 'a vector of other dimensions is rejected, naming the index');
 
 my $seq_sql = "SET enable_indexscan = off; SELECT id FROM items ORDER BY v <-> $q, id LIMIT 10";
 my $idx_sql = "SET enable_seqscan = off; SELECT id FROM items ORDER BY v <-> $q LIMIT 10";
