@@ -31,6 +31,7 @@ our @EXPORT = qw(
   read_fvecs read_ivecs vec_literal knn_ids recall_at index_info index_lists list_sizes
   exact_settings assert_index_scan shared_data_dir start_pgbench finish_pgbench
   metric_operator metric_opclass count_via_index poll_until fake_gpu_engine fake_gpu_node worker_stat
+  wait_worker_ready
   grouped_items_sql worker_knn_pgbench knn_answer count_same
 );
 
@@ -444,6 +445,25 @@ sub worker_stat
 	my ($node, $col, $worker) = @_;
 	$worker //= 0;
 	return $node->safe_psql('postgres', "SELECT $col FROM gpuivf_stat WHERE worker = $worker");
+}
+
+# Polls until GPU worker 0 (one other than pid $old_pid, when given) is
+# ready, at most 60 s; tolerates connection failures while the cluster
+# restarts.  Returns the last state seen ('ready' on success).
+sub wait_worker_ready
+{
+	my ($node, $old_pid) = @_;
+	my $cond = defined $old_pid ? "AND pid <> $old_pid" : '';
+	my $got = '';
+	for (1 .. 600)
+	{
+		my $out = '';
+		$got = $node->psql('postgres', "SELECT state FROM gpuivf_stat WHERE worker = 0 $cond",
+			stdout => \$out) == 0 ? $out : '';
+		return $got if $got eq 'ready';
+		usleep(100_000);
+	}
+	return $got;
 }
 
 # Starts pgbench in the background against a node; returns a handle for

@@ -34,25 +34,7 @@ local $ENV{GPUIVF_FAKE_ADD_DELAY_MS} = $add_delay_ms;
 
 my $node = fake_gpu_node('worker_kill_load', $fake, "max_connections = 40\n");
 
-# polls until the worker (other than pid $old, if given) is ready; tolerates
-# connection failures while the cluster restarts
-sub wait_ready
-{
-	my ($old) = @_;
-	my $cond = defined $old ? "AND pid <> $old" : '';
-	my $got = '';
-	for (1 .. 300)
-	{
-		my $out = '';
-		$got = $node->psql('postgres', "SELECT state FROM gpuivf_stat WHERE worker = 0 $cond",
-			stdout => \$out) == 0 ? $out : '';
-		return $got if $got eq 'ready';
-		usleep(100_000);
-	}
-	return $got;
-}
-
-is(wait_ready(), 'ready', 'the worker is ready with the stand-in engine');
+is(wait_worker_ready($node), 'ready', 'the worker is ready with the stand-in engine');
 
 # built on the CPU: under auto, CREATE INDEX's calibration searches would
 # already make the worker load the index
@@ -121,7 +103,7 @@ ok( ($h->result(0) != 0 && $err =~ /server closed the connection|terminating con
 note "waiting session: stdout '$out', stderr '$err'";
 
 # ------------------------------------------- the cluster and the worker are back
-is(wait_ready($pid), 'ready', 'the cluster restarts with a new worker (state ready)');
+is(wait_worker_ready($node, $pid), 'ready', 'the cluster restarts with a new worker (state ready)');
 ok($node->log_contains('terminated by signal 9'), 'the postmaster logged the kill');
 
 my $q0 = worker_stat($node, 'queries');

@@ -72,6 +72,23 @@ sub run_all
 	return @res;
 }
 
+# runs the statements; how many results do not match their pattern
+sub mismatches
+{
+	my ($sql, $expect) = @_;
+	my @got = run_all(@$sql);
+	my $bad = 0;
+	for my $i (0 .. $#$sql)
+	{
+		next if ($got[$i] // '') =~ $expect->[$i];
+		$bad++;
+		diag "case $i: " . substr($sql->[$i], 0, 300) . "\n  expected $expect->[$i]\n  got "
+		  . ($got[$i] // 'missing')
+		  if $bad <= 10;
+	}
+	return $bad;
+}
+
 # ------------------------------------------------------------- random arrays
 sub random_value
 {
@@ -246,15 +263,7 @@ for my $c (1 .. 200)
 	push @expect, $e // qr/^ok:$k$/;
 }
 $node->safe_psql('postgres', 'ALTER DATABASE postgres SET enable_seqscan = off');
-@got = run_all(@sql);
-$bad = 0;
-for my $i (0 .. $#sql)
-{
-	next if ($got[$i] // '') =~ $expect[$i];
-	$bad++;
-	diag "case $i: " . substr($sql[$i], 0, 300) . "\n  expected $expect[$i]\n  got " . ($got[$i] // 'missing')
-	  if $bad <= 10;
-}
+$bad = mismatches(\@sql, \@expect);
 is($bad, 0, "indexes: 400 random inserts ($accepted accepted) and 200 random queries as predicted");
 for my $idx ('t8_v', 'u_v')
 {
@@ -298,7 +307,6 @@ for my $c (1 .. 150)
 	my $valid = !exists $o{foo};
 	$valid &&= int_ok($o{lists}, 0, 65536) if exists $o{lists};
 	$valid &&= int_ok($o{pq_m}, 0, 1024) && ($o{pq_m} == 0 || 12 % $o{pq_m} == 0) if exists $o{pq_m};
-	# lists = '1.5' is 2
 	$valid &&= int_ok($o{pq_bits}, -2147483648, 2147483647) && ($o{pq_bits} == 4 || $o{pq_bits} == 8)
 	  if exists $o{pq_bits};
 	$valid &&= $o{rerank} =~ /^(true|false|on|off|1|0|yes|no)$/ if exists $o{rerank};
@@ -308,14 +316,7 @@ for my $c (1 .. 150)
 	push @built, $name if $valid;
 	$pq_m_of{$name} = $o{pq_m} // 0;
 }
-@got = run_all(@sql);
-$bad = 0;
-for my $i (0 .. $#sql)
-{
-	next if ($got[$i] // '') =~ $expect[$i];
-	$bad++;
-	diag "case $i: $sql[$i]\n  expected $expect[$i]\n  got " . ($got[$i] // 'missing') if $bad <= 10;
-}
+$bad = mismatches(\@sql, \@expect);
 is($bad, 0, '150 random CREATE INDEX option sets: 22023 exactly for the invalid ones (' . scalar(@built) . ' built)');
 my @verify = run_all(map { "SELECT gpuivf_verify('$_', true)" } @built);
 is(scalar(grep { $_ ne 'ok:' } @verify), 0, 'every index built with random options verifies');
@@ -339,14 +340,7 @@ for my $c (1 .. 60)
 	push @sql, "REINDEX INDEX $idx";
 	push @expect, $pq_m_of{$idx} == 0 || 12 % $pq_m_of{$idx} == 0 ? qr/^ok:null$/ : qr/^err:22023:pq_m must divide/;
 }
-@got = run_all(@sql);
-$bad = 0;
-for my $i (0 .. $#sql)
-{
-	next if ($got[$i] // '') =~ $expect[$i];
-	$bad++;
-	diag "case $i: $sql[$i]\n  expected $expect[$i]\n  got " . ($got[$i] // 'missing') if $bad <= 10;
-}
+$bad = mismatches(\@sql, \@expect);
 is($bad, 0, '60 random ALTER INDEX ... SET + REINDEX as predicted');
 @verify = run_all(map { "SELECT gpuivf_verify('$_', true)" } @built);
 is(scalar(grep { $_ ne 'ok:' } @verify), 0, 'every index verifies after them');

@@ -33,22 +33,7 @@ my $delay_file = "$tmp/delay_ms";
 local $ENV{GPUIVF_FAKE_DELAY_FILE} = $delay_file;
 
 my $node = fake_gpu_node('worker_dies_64_clients', $fake, "max_connections = 100\n");
-sub wait_ready
-{
-	my ($old) = @_;
-	my $cond = defined $old ? "AND pid <> $old" : '';
-	my $got = '';
-	for (1 .. 600)
-	{
-		my $out = '';
-		$got = $node->psql('postgres', "SELECT state FROM gpuivf_stat WHERE worker = 0 $cond", stdout => \$out) == 0
-		  ? $out : '';
-		return $got if $got eq 'ready';
-		usleep(100_000);
-	}
-	return $got;
-}
-is(wait_ready(), 'ready', 'the worker is ready with the stand-in engine');
+is(wait_worker_ready($node), 'ready', 'the worker is ready with the stand-in engine');
 
 $node->safe_psql('postgres', q{SET gpuivf.device = cpu; SELECT setseed(0.5);}
 	  . grouped_items_sql(5000, 23, 0.2)
@@ -127,7 +112,7 @@ is(scalar(grep { $_->{out} eq "$cpu\n" || $_->{out} eq $cpu } @auto), scalar(@au
 is(scalar(grep { $_->{err} =~ /ERROR:  gpuivf GPU worker/ && $_->{out} eq '' } @gpu), scalar(@gpu),
 	'every gpuivf.device = gpu client gets an error')
   or diag join("\n", map { "out '$_->{out}' err '$_->{err}'" } @gpu);
-is(wait_ready($pid), 'ready', 'the worker is back');
+is(wait_worker_ready($node, $pid), 'ready', 'the worker is back');
 unlink $delay_file;
 is($node->safe_psql('postgres', "SET gpuivf.device = gpu; $knn"), $cpu, 'and answers as the CPU does');
 
@@ -149,7 +134,7 @@ for my $c (@c)
 }
 is($bad, 0, "every client got the CPU's rows ($answered) or an error");
 unlink $delay_file;
-is(wait_ready($pid), 'ready', 'the cluster restarted with a new worker');
+is(wait_worker_ready($node, $pid), 'ready', 'the cluster restarted with a new worker');
 is($node->safe_psql('postgres', "SET gpuivf.device = gpu; $knn"), $cpu, 'which answers as the CPU does');
 
 $node->stop;
