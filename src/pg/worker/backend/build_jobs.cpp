@@ -94,8 +94,10 @@ struct GpuivfEncodeJob
 };
 
 /* Requests submitted now and waited for later, for the abort callbacks:
- * the encode job with a batch in flight, a build's load request. */
-static GpuivfEncodeJob *PendingEncodeJob = NULL;
+ * an encode job's batch in flight, a build's load request.  The slots, in
+ * shared memory: the job itself may be gone when the callbacks run (it lives
+ * in the build's memory, which an abort frees first, AtAbort_Portals). */
+static GpuivfRequestSlot *PendingEncode = NULL;
 static GpuivfRequestSlot *PendingLoad = NULL;
 static bool pending_callbacks_registered = false;
 
@@ -103,11 +105,9 @@ static bool pending_callbacks_registered = false;
 static void
 AbandonPendingRequests(void)
 {
-    if (PendingEncodeJob != NULL && PendingEncodeJob->pending != NULL)
-        GpuivfAbandonRequest(PendingEncodeJob->pending);
-    if (PendingEncodeJob != NULL)
-        PendingEncodeJob->pending = NULL;
-    PendingEncodeJob = NULL;
+    if (PendingEncode != NULL)
+        GpuivfAbandonRequest(PendingEncode);
+    PendingEncode = NULL;
     if (PendingLoad != NULL)
         GpuivfAbandonRequest(PendingLoad);
     PendingLoad = NULL;
@@ -211,7 +211,7 @@ GpuivfWorkerEncodeSubmit(GpuivfEncodeJob *job, Relation index, int area, int64 n
     slot->arg[3] = 0;
     job->pending = slot;
     job->pending_area = area;
-    PendingEncodeJob = job;
+    PendingEncode = slot;
     GpuivfSubmit(slot);
     return true;
 }
@@ -234,7 +234,7 @@ GpuivfWorkerEncodeWait(GpuivfEncodeJob *job, Relation index, const int32 **lists
         return false;
     /* from here the wait owns the request: an error in it abandons it */
     job->pending = NULL;
-    PendingEncodeJob = NULL;
+    PendingEncode = NULL;
     answered = GpuivfWaitAnswer(slot, 0);
     if (!answered || slot->result != GPUIVF_RESULT_OK)
     {
@@ -255,9 +255,11 @@ GpuivfWorkerEncodeEnd(GpuivfEncodeJob *job)
     if (job == NULL)
         return;
     if (job->pending != NULL)
+    {
         GpuivfAbandonRequest(job->pending);
-    if (PendingEncodeJob == job)
-        PendingEncodeJob = NULL;
+        if (PendingEncode == job->pending)
+            PendingEncode = NULL;
+    }
     dsm_detach(job->seg);
     pfree(job);
 }
