@@ -3,7 +3,8 @@
 # holding gpuivf indexes of every operator class and option extreme, on
 # tables with NULL vectors, duplicates, zero vectors and deleted rows (dead
 # index entries, and VACUUMed ones), a partitioned table and an untrained
-# index.  sqlsmith runs as a role without superuser rights (it may read and
+# index, with views of kNN queries and LATERAL kNN joins and functions that
+# take sqlsmith's random vectors, k and probes.  sqlsmith runs as a role without superuser rights (it may read and
 # write the fuzz tables) in rounds with different settings (CPU, GPU worker
 # with the CPU stand-in engine, sequential scans off so that its ORDER BYs
 # reach the indexes, one probe, tiny candidate counts), while autovacuum
@@ -99,6 +100,41 @@ $node->safe_psql('postgres', qq{
 	GRANT SELECT, INSERT, UPDATE, DELETE ON f_l2, f_ip, f_cos, f_tiny, f_empty, f_part, f_part_1, f_part_2 TO fuzzer;
 	ALTER ROLE fuzzer SET statement_timeout = '2s';
 });
+$node->safe_psql('postgres', q{
+	-- entry points into the index paths: sqlsmith picks user relations often
+	-- and user routines rarely, and builds no array operator expressions of
+	-- its own, so views hold kNN queries (LATERAL joins for the batched
+	-- path, query vectors from rows its DML changes) and functions take its
+	-- random arguments (vectors of any table, any k and probes)
+	CREATE VIEW f_knn_l2 AS
+	  SELECT o.id AS qid, n.id, n.d FROM f_l2 o CROSS JOIN LATERAL
+	    (SELECT i.id, i.v <-> o.v AS d FROM f_l2 i ORDER BY i.v <-> o.v LIMIT 4) n;
+	CREATE VIEW f_knn_ip AS
+	  SELECT o.id AS qid, n.id, n.d FROM f_ip o CROSS JOIN LATERAL
+	    (SELECT i.id, i.v <#> o.v AS d FROM f_ip i ORDER BY i.v <#> o.v LIMIT 3) n;
+	CREATE VIEW f_knn_cos AS
+	  SELECT o.id AS qid, n.id, n.d FROM f_cos o CROSS JOIN LATERAL
+	    (SELECT i.id, i.v <=> o.v AS d FROM f_cos i WHERE i.id % 2 = o.id % 2 ORDER BY i.v <=> o.v LIMIT 5) n;
+	CREATE VIEW f_knn_tiny AS
+	  SELECT o.id AS qid, n.id FROM f_tiny o CROSS JOIN LATERAL
+	    (SELECT i.id FROM f_tiny i ORDER BY i.v <-> o.v LIMIT 2) n;
+	CREATE VIEW f_knn_part AS
+	  SELECT o.id AS qid, n.id, n.d FROM f_part o CROSS JOIN LATERAL
+	    (SELECT i.id, i.v <-> o.v AS d FROM f_part i ORDER BY i.v <-> o.v LIMIT 3) n;
+	CREATE VIEW f_info AS
+	  SELECT c.relname, gpuivf_index_info(c.oid) AS info FROM pg_class c JOIN pg_am a ON a.oid = c.relam
+	  WHERE a.amname = 'gpuivf';
+	CREATE FUNCTION f_knn(q real[], k int, probes int) RETURNS bigint LANGUAGE plpgsql AS $$
+	BEGIN
+		PERFORM set_config('gpuivf.probes', greatest(least(probes, 65536), 0)::text, true);
+		RETURN (SELECT count(*) FROM (SELECT id FROM f_l2 ORDER BY v <-> q LIMIT greatest(k, 0)) s);
+	END $$;
+	CREATE FUNCTION f_knn_ip(q real[], k int) RETURNS SETOF int LANGUAGE sql AS
+	  $$ SELECT id FROM f_ip ORDER BY v <#> q LIMIT k $$;
+	CREATE FUNCTION f_worker(q real[], k int, nprobe int) RETURNS bigint LANGUAGE sql AS
+	  $$ SELECT count(*) FROM gpuivf_worker_search('f_l2_default', q, k, nprobe) $$;
+	GRANT SELECT ON f_knn_l2, f_knn_ip, f_knn_cos, f_knn_tiny, f_knn_part, f_info TO fuzzer;
+});
 my @indexes = split /\n/, $node->safe_psql('postgres',
 	q{SELECT c.relname FROM pg_class c JOIN pg_am a ON a.oid = c.relam WHERE a.amname = 'gpuivf' AND c.relkind = 'i' ORDER BY 1});
 cmp_ok(scalar(@indexes), '>=', 10, 'the fuzz database holds ' . scalar(@indexes) . ' gpuivf indexes');
@@ -123,9 +159,9 @@ for my $i (0 .. $#rounds)
 	my @cmd = ('timeout', '-s', 'INT', "${per_round}s", $sqlsmith, "--target=$target",
 		'--exclude-catalog', '--verbose', '--seed=' . ($seed * 100 + $i));
 	IPC::Run::run(\@cmd, '>', \$out, '2>', \$err);
-	my ($n) = ("$out\n$err" =~ /queries: (\d+)\s*\nAST stats/);
-	($n) = ("$out\n$err" =~ /.*queries: (\d+)/s) unless defined $n;
-	$n //= 0;
+	# sqlsmith reports "queries: N" every 800 statements and when it stops
+	my @counts = ("$out\n$err" =~ /queries: (\d+)/g);
+	my $n = @counts ? $counts[-1] : 0;
 	$total += $n;
 	note "round '$name': $n statements";
 	my $alive = $node->psql('postgres', 'SELECT 1') == 0;
@@ -137,6 +173,15 @@ for my $i (0 .. $#rounds)
 }
 diag "sqlsmith ran $total statements in about $seconds s";
 cmp_ok($total, '>', 0, 'sqlsmith ran statements');
+if ($node->psql('postgres', 'SELECT 1') == 0)
+{
+	my $scans = $node->safe_psql('postgres', q{SELECT pg_stat_force_next_flush();
+		SELECT sum(idx_scan) FROM pg_stat_user_indexes s JOIN pg_class c ON c.oid = s.indexrelid
+		JOIN pg_am a ON a.oid = c.relam WHERE a.amname = 'gpuivf'});
+	$scans =~ s/^\s+//;
+	diag "scans of the gpuivf indexes meanwhile: $scans";
+	cmp_ok($scans, '>', 0, 'the fuzzing reached the gpuivf indexes');
+}
 
 # ------------------------------------------------------------- the verdict
 my $log = slurp_file($node->logfile);
