@@ -21,7 +21,7 @@ GPUIVF_PACKAGES=(
 	"postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" "postgresql-client-$PG_MAJOR"
 	libopenblas-dev libopenblas-serial-dev  # single-threaded BLAS inside backends (src/core/CMakeLists.txt)
 	libgtest-dev libbenchmark-dev libipc-run-perl
-	sqlsmith  # SQL fuzzing (test/t/510_fuzz_sqlsmith.pl)
+	sqlsmith  # SQL fuzzing (test/t/610_fuzz_sqlsmith.pl)
 	python3-matplotlib  # test/bench plots (the benchmark skips them, visibly, without it)
 )
 

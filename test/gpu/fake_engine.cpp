@@ -20,7 +20,7 @@
  *                                fails: index_create, index_add_encoded,
  *                                searches and exact kNN return
  *                                GPUIVF_CUDA_OUT_OF_MEMORY, as a full GPU
- *                                does (test/t/513_worker_gpu_oom.pl)
+ *                                does (test/t/613_worker_gpu_oom.pl)
  *   GPUIVF_FAKE_ADD_DELAY_MS=n   every append of entries to an index copy
  *                                (index_add_encoded: loading, catching up)
  *                                first sleeps n ms (default 0), so that a
