@@ -84,6 +84,16 @@ CREATE FUNCTION gpuivf_verify(regclass, heapallindexed boolean DEFAULT false) RE
 COMMENT ON FUNCTION gpuivf_verify(regclass, boolean) IS
     'checks a gpuivf index for consistency; with heapallindexed, that every row is indexed once';
 
+-- calibration on given queries: the caller must own the table (as for
+-- ANALYZE) and be able to read it; the query runs with the caller's rights
+
+CREATE FUNCTION gpuivf_calibrate(index regclass, query text) RETURNS jsonb
+    AS 'MODULE_PATHNAME', 'gpuivf_calibrate'
+    LANGUAGE C CALLED ON NULL INPUT VOLATILE;
+
+COMMENT ON FUNCTION gpuivf_calibrate(regclass, text) IS
+    'calibrates a gpuivf index on the query vectors the first column of query returns (NULL: on its rows again)';
+
 -- The GPU workers: one row per worker, none when
 -- gpuivf is not in shared_preload_libraries
 

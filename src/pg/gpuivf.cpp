@@ -120,6 +120,10 @@ _PG_init(void)
                             PGC_USERSET, 0, NULL, NULL, NULL);
     GpuivfPlannerInit();
 
+    /* recorded queries: gpuivf.query_sample; when preloading, the shared
+     * memory of the reservoirs (calibration/recorded.cpp) */
+    GpuivfRecordedInit();
+
     /* GPU worker settings; when preloading, its
      * shared memory and one background worker per GPU (gpuivfworker.cpp) */
     GpuivfWorkerInit();

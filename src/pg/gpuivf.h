@@ -78,9 +78,12 @@ extern "C" {
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "access/xloginsert.h"
+#include "catalog/catalog.h"
 #include "catalog/index.h"
 #include "catalog/namespace.h"
+#include "catalog/objectaccess.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_amop.h"
 #include "catalog/pg_amproc.h"
@@ -98,6 +101,7 @@ extern "C" {
 #include "common/int.h"
 #include "common/pg_prng.h"
 #include "executor/executor.h"
+#include "executor/spi.h"
 #include "executor/tuptable.h"
 #include "fmgr.h"
 #include "foreign/foreign.h"
@@ -107,10 +111,12 @@ extern "C" {
 #include "nodes/extensible.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
+#include "nodes/params.h"
 #include "optimizer/cost.h"
 #include "optimizer/optimizer.h"
 #include "optimizer/plancat.h"
 #include "optimizer/planner.h"
+#include "parser/parse_coerce.h"
 #include "parser/parsetree.h"
 #include "portability/instr_time.h"
 #include "pgstat.h"
@@ -130,6 +136,7 @@ extern "C" {
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/plancache.h"
 #include "utils/regproc.h"
 #include "utils/rel.h"
 #include "utils/relcache.h"
@@ -165,7 +172,7 @@ extern "C" {
 /* --------------------------------------------------------- constants */
 
 #define GPUIVF_MAGIC            0x47504956  /* "GPIV" */
-#define GPUIVF_FORMAT_VERSION   1
+#define GPUIVF_FORMAT_VERSION   2
 #define GPUIVF_PAGE_ID          0xFF91      /* last 2 bytes of special space */
 
 #define GPUIVF_METAPAGE_BLKNO   0
@@ -177,6 +184,8 @@ extern "C" {
 #define GPUIVF_PAGE_DIRECTORY   4   /* raw GpuivfListDirEntry array */
 #define GPUIVF_PAGE_LIST        5   /* items: GpuivfListEntry */
 #define GPUIVF_PAGE_VECTOR      6   /* items: GpuivfVectorTuple */
+#define GPUIVF_PAGE_CALIB       7   /* GpuivfCalibPageHeader + raw float4 stream:
+                                     * calibration queries */
 
 /* metapage flags */
 #define GPUIVF_META_TRAINED     0x0001  /* lists, centroids, codebooks exist */
@@ -237,14 +246,25 @@ typedef GpuivfPageOpaqueData *GpuivfPageOpaque;
 #define GpuivfPageGetOpaque(page) \
     ((GpuivfPageOpaque) PageGetSpecialPointer(page))
 
-/* One measured point of the recall curve. */
+/*
+ * The recall curves: one per measured k (recall@1, @10, @100), over the
+ * same nprobe points.
+ */
 #define GPUIVF_CURVE_POINTS     64
-typedef struct GpuivfCurvePoint
+#define GPUIVF_CURVE_KS         3
+#define GPUIVF_CALIBRATION_K    10  /* the k of a query whose LIMIT is unknown,
+                                     * and of gpuivf.target_recall's wording */
+typedef struct GpuivfRecallPoint
 {
-    uint32      nprobe;         /* lists probed */
-    float4      recall;         /* mean recall@calib_k over the sample */
+    float4      recall;         /* mean recall@k over the calibration's queries */
     float4      recall_se;      /* standard error of that mean */
-} GpuivfCurvePoint;
+} GpuivfRecallPoint;
+
+/* where a calibration's queries came from (calib_source) */
+#define GPUIVF_CALIB_NONE       0   /* no curve */
+#define GPUIVF_CALIB_ROWS       1   /* a sample of the index's rows */
+#define GPUIVF_CALIB_WORKLOAD   2   /* queries the index answered (recorded) */
+#define GPUIVF_CALIB_GIVEN      3   /* gpuivf_calibrate(index, query) */
 
 /* Metapage contents, right after the page header. */
 typedef struct GpuivfMetaPageData
@@ -271,18 +291,31 @@ typedef struct GpuivfMetaPageData
     BlockNumber vector_insert_page; /* last vector page appended to */
 
     /*
-     * The recall curve measured by ANALYZE / CREATE INDEX: recall@calib_k
-     * against exact results for nprobe values in ascending order.  All zero until the first calibration (an index
-     * written before these fields existed reads as "no curve": the page
-     * beyond pd_lower is zero).  Written only by GpuivfLogCalibration.
+     * The calibration (ANALYZE, CREATE INDEX, gpuivf_calibrate): recall@k
+     * against exact results for nprobe values in ascending order, one curve
+     * per calib_k, and the queries it was measured on when they are not
+     * rows of the index (a chain of calibration-query pages).  All zero
+     * until the first calibration.  Written only by GpuivfLogCalibration;
+     * the two page chains only by a calibration (storage: README.md).
      */
-    uint32      calib_sample;   /* queries measured */
+    uint32      calib_sample;   /* queries measured; 0 = no curve */
     uint64      calib_vectors;  /* live entries when measured */
     int64       calib_time;     /* TimestampTz of the measurement */
-    uint16      calib_k;        /* recall@k; 0 = no curve */
-    uint16      calib_npoints;  /* points in calib_curve */
+    uint16      calib_source;   /* GPUIVF_CALIB_* */
+    uint16      calib_npoints;  /* nprobe points of every curve */
     uint32      calib_rerank;   /* candidates re-ranked exactly per query; 0 = no re-rank */
-    GpuivfCurvePoint calib_curve[GPUIVF_CURVE_POINTS];
+    uint16      calib_k[GPUIVF_CURVE_KS];   /* k of each curve, ascending; 0 = unused */
+    uint16      calib_reserved;
+    float4      calib_nn_mean;  /* the queries' mean L2 distance to their nearest centroid */
+    float4      calib_nn_sd;    /* and its standard deviation (drift detection) */
+    uint32      calib_id;       /* +1 with every stored calibration; stamps its query pages */
+    uint32      calib_query_count;  /* queries stored (count x dims floats); 0 = none */
+    BlockNumber calib_query_head;   /* first page of their chain (when count > 0) */
+    uint32      calib_query_pages;
+    BlockNumber calib_free_head;    /* calibration-query pages free for the next */
+    uint32      calib_free_pages;   /* calibration (0: none; head not meaningful) */
+    uint32      calib_nprobe[GPUIVF_CURVE_POINTS];
+    GpuivfRecallPoint calib_recall[GPUIVF_CURVE_KS][GPUIVF_CURVE_POINTS];
 } GpuivfMetaPageData;
 typedef GpuivfMetaPageData *GpuivfMetaPage;
 
@@ -329,11 +362,21 @@ typedef struct GpuivfVectorTuple
 #define GPUIVF_VECTOR_TUPLE_SIZE(dims) \
     MAXALIGN(offsetof(GpuivfVectorTuple, x) + sizeof(float4) * (dims))
 
+/* The head of a calibration-query page: which calibration wrote it and how
+ * many floats of the queries' stream follow (queries may span pages). */
+typedef struct GpuivfCalibPageHeader
+{
+    uint32      calib_id;
+    uint32      nfloats;
+} GpuivfCalibPageHeader;
+
 /* Bytes usable for raw arrays on one page. */
 #define GPUIVF_PAGE_CAPACITY \
     (BLCKSZ - MAXALIGN(SizeOfPageHeaderData) - MAXALIGN(sizeof(GpuivfPageOpaqueData)))
 #define GPUIVF_FLOATS_PER_PAGE      (GPUIVF_PAGE_CAPACITY / sizeof(float4))
 #define GPUIVF_DIR_ENTRIES_PER_PAGE (GPUIVF_PAGE_CAPACITY / sizeof(GpuivfListDirEntry))
+#define GPUIVF_CALIB_FLOATS_PER_PAGE \
+    ((GPUIVF_PAGE_CAPACITY - sizeof(GpuivfCalibPageHeader)) / sizeof(float4))
 
 /* Pack an ItemPointer into an engine id and back. */
 static inline uint64

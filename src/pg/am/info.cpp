@@ -8,6 +8,7 @@
  */
 #include "gpuivf.h"
 #include "am/am.h"
+#include "calibration/calibration.h"
 #include "search/search.h"
 #include "storage/storage.h"
 #include "worker/worker.h"
@@ -113,38 +114,29 @@ GpuivfLockPartitionIndexes(Oid relid, Oid heapid)
 /* ------------------------------------------------------ gpuivf_index_info */
 
 /*
- * The recall curve ANALYZE measured and the nprobe
- * scans use now: "calibration" (null when never measured) and "probes"
- * {"in_use", "source": "setting" | "curve" | "automatic", "target_recall",
- * "target_source": "index option" | "gpuivf.target_recall", "target_reached"}.
+ * The calibration (calibration/info.cpp: "calibration", "recorded_queries")
+ * and the nprobe scans use now: "probes" {"in_use" (a LIMIT of 10),
+ * "by_limit" {"1", "10", "100": nprobe}, "source": "setting" | "curve" |
+ * "automatic" | "exact", "target_recall", "target_source": "index option" |
+ * "gpuivf.target_recall", "target_reached"}.
  */
 static void
 AppendCalibration(StringInfo json, Relation index, const GpuivfMetaPageData *meta)
 {
-    GpuivfProbeChoice probes;
+    static const int limits[] = {1, GPUIVF_CALIBRATION_K, 100};
+    GpuivfProbeChoice by_limit[lengthof(limits)];
+    const GpuivfProbeChoice *probes = &by_limit[1];
 
-    GpuivfChooseProbes(index, meta, 0, 1.0, false, &probes);
-    if (meta->calib_k == 0 || meta->calib_npoints == 0)
-        appendStringInfoString(json, "\"calibration\": null, ");
-    else
-    {
-        appendStringInfo(json, "\"calibration\": {\"k\": %u, \"sample\": %u, "
-                         "\"rerank_candidates\": %u, \"vectors\": " UINT64_FORMAT ", "
-                         "\"measured_at\": \"%s\", \"curve\": [",
-                         meta->calib_k, meta->calib_sample, meta->calib_rerank,
-                         meta->calib_vectors, timestamptz_to_str(meta->calib_time));
-        for (int j = 0; j < Min((int) meta->calib_npoints, GPUIVF_CURVE_POINTS); j++)
-            appendStringInfo(json, "%s{\"nprobe\": %u, \"recall\": %.4f, \"se\": %.4f}",
-                             j > 0 ? ", " : "", meta->calib_curve[j].nprobe,
-                             (double) meta->calib_curve[j].recall,
-                             (double) meta->calib_curve[j].recall_se);
-        appendStringInfoString(json, "]}, ");
-    }
-    appendStringInfo(json, "\"probes\": {\"in_use\": %d, \"source\": \"%s\", "
-                     "\"target_recall\": %.4f, \"target_source\": \"%s\", \"target_reached\": %s}",
-                     probes.nprobe, GpuivfProbeSourceName(probes.source, true), probes.target,
-                     GpuivfTargetSourceName(probes.target_source),
-                     probes.curve_nprobe > 0 ? (probes.target_reached ? "true" : "false") : "null");
+    for (int i = 0; i < (int) lengthof(limits); i++)
+        GpuivfChooseProbes(index, meta, limits[i], 1.0, false, &by_limit[i]);
+    GpuivfAppendCalibrationInfo(json, index, meta);
+    appendStringInfo(json, "\"probes\": {\"in_use\": %d, \"by_limit\": {\"%d\": %d, \"%d\": %d, \"%d\": %d}, "
+                     "\"source\": \"%s\", \"target_recall\": %.4f, \"target_source\": \"%s\", "
+                     "\"target_reached\": %s}",
+                     probes->nprobe, limits[0], by_limit[0].nprobe, limits[1], by_limit[1].nprobe,
+                     limits[2], by_limit[2].nprobe, GpuivfProbeSourceName(probes->source, true),
+                     probes->target, GpuivfTargetSourceName(probes->target_source),
+                     probes->curve_nprobe > 0 ? (probes->target_reached ? "true" : "false") : "null");
 }
 
 /* The fields of gpuivf_index_info's object for one index (no braces). */

@@ -38,6 +38,7 @@
  */
 #include "gpuivf.h"
 #include "am/am.h"
+#include "calibration/calibration.h"
 #include "search/search.h"
 #include "storage/storage.h"
 
@@ -683,6 +684,8 @@ GpuivfStartScan(IndexScanDesc scan)
 
     source = GpuivfMakeQuery(index, &so->meta, so->limit_hint, so->filter_sel, so->query, &so->q);
     so->stats.target_recall = GpuivfTargetRecall(index, &so->stats.target_source);
+    /* the workload ANALYZE calibrates on (calibration/recorded.cpp) */
+    GpuivfRecordQuery(index, &so->meta, so->query, so->query_dims);
     so->exact = GpuivfQueryIsExact(&so->meta, &so->q);
     so->stats.scans++;
     so->stats.k_sum += so->q.k;

@@ -23,6 +23,7 @@
  */
 #include "gpuivf.h"
 #include "am/am.h"
+#include "calibration/calibration.h"
 #include "storage/storage.h"
 
 #include <cmath>
@@ -38,6 +39,7 @@ PG_FUNCTION_INFO_V1(gpuivf_verify);
 #define ROLE_CODEBOOK   3
 #define ROLE_DIRECTORY  4
 #define ROLE_LIST       5
+#define ROLE_CALIB      6   /* calibration query pages, current or free */
 
 #define VERIFY_BATCH    1024
 
@@ -108,7 +110,8 @@ Corrupt(VerifyState *vs, const char *fmt,...)
 
     /* a writer changed the index while we read it: not evidence */
     GpuivfReadMeta(vs->index, &now);
-    if (now.generation != vs->meta.generation)
+    if (now.generation != vs->meta.generation || now.calib_id != vs->meta.calib_id ||
+        now.calib_free_pages != vs->meta.calib_free_pages)
         ereport(ERROR,
                 (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
                  errmsg("gpuivf index \"%s\" changed while it was being verified",
@@ -227,6 +230,12 @@ VerifyMeta(VerifyState *vs)
     ClaimRange(vs, m->centroid_start, m->centroid_pages, ROLE_CENTROIDS, "centroid");
     ClaimRange(vs, m->codebook_start, m->codebook_pages, ROLE_CODEBOOK, "codebook");
     ClaimRange(vs, m->directory_start, m->directory_pages, ROLE_DIRECTORY, "directory");
+    {
+        char       *wrong = GpuivfCheckCalibChains(vs->index, m, vs->nblocks, vs->role, ROLE_CALIB);
+
+        if (wrong != NULL)
+            Corrupt(vs, "%s", wrong);
+    }
 }
 
 /* Read centroids and codebooks into local memory (not rd_amcache). */
@@ -569,7 +578,8 @@ VerifyPages(VerifyState *vs)
             uint8       expected = type == GPUIVF_PAGE_CENTROIDS ? ROLE_CENTROIDS
                 : type == GPUIVF_PAGE_CODEBOOK ? ROLE_CODEBOOK
                 : type == GPUIVF_PAGE_DIRECTORY ? ROLE_DIRECTORY
-                : type == GPUIVF_PAGE_LIST ? ROLE_LIST : 255;
+                : type == GPUIVF_PAGE_LIST ? ROLE_LIST
+                : type == GPUIVF_PAGE_CALIB ? ROLE_CALIB : 255;
 
             if (vs->role[blkno] != expected)
                 Corrupt(vs, "Block %u is a page of type %u that nothing refers to.", blkno, type);

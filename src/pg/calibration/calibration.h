@@ -1,18 +1,32 @@
 /*
- * calibration/calibration.h — ANALYZE calibration: the recall curve of an
- * index measured against exact results (curve.cpp) on a sample of its rows
- * with their ground truth (sample.cpp), stored in the metapage.  Scans read
- * the curve through search/probes.cpp.
+ * calibration/calibration.h — ANALYZE calibration: the recall curves of an
+ * index (recall@1, @10, @100 against nprobe) measured against exact results
+ * and stored in the metapage, on the queries the index really answers when
+ * it has recorded enough of them, else on a sample of its rows.
+ *
+ *   calibrate.cpp  choosing the queries, measuring, storing (GpuivfCalibrate)
+ *   curve.cpp      measuring the curves (the sweep)
+ *   sample.cpp     the rows of an index, the row sample, the ground truth
+ *   recorded.cpp   the queries scans answer, recorded in shared memory;
+ *                  noticing when they drift from the calibration's
+ *   stored.cpp     the calibration's queries stored in the index's pages
+ *   given.cpp      gpuivf_calibrate(index, query): calibrating on queries
+ *                  the caller gives
+ *
+ * Scans read the curves through search/probes.cpp.
  */
 #ifndef GPUIVF_CALIBRATION_H
 #define GPUIVF_CALIBRATION_H
 
 #include "gpuivf.h"
-#define GPUIVF_CALIBRATION_K        10      /* recall@10 is measured */
 #define GPUIVF_DEFAULT_ANALYZE_SAMPLE 200
 #define GPUIVF_MAX_ANALYZE_SAMPLE   10000
 
-/* The calibration's queries: a reservoir sample of the index's rows (raw
+/* settings (recorded.cpp) */
+extern int  gpuivf_query_sample;        /* gpuivf.query_sample, vectors per index; 0 = off */
+extern int  gpuivf_query_sample_memory; /* gpuivf.query_sample_memory, kB (postmaster) */
+
+/* The calibration's row sample: a reservoir sample of the index's rows (raw
  * vector, entry id, heap TID).  Calibration draws it by walking the rows;
  * CREATE INDEX draws it while its encoding scan hands the rows over (in the
  * order the walk would see them), which saves calibration that walk. */
@@ -21,25 +35,92 @@ GpuivfCalibSample *GpuivfCalibSampleBegin(int dims);   /* NULL when calibration 
 void        GpuivfCalibSampleAdd(GpuivfCalibSample *sample, const float4 *x, uint64 id,
                                  uint64 heap_id);
 
-/* Measure the curve of an index and store it in the metapage.  heap may be
- * NULL (opened when needed); drawn: the sample, drawn over every row of the
- * index, or NULL (drawn here).  Returns false when nothing was stored
- * (untrained, too few rows, gpuivf.analyze_sample = 0, rebuilt meanwhile). */
+/* ------------------------------------------------------- calibrate.cpp */
+
+/* Measure the curves of an index and store them in the metapage, on the
+ * recorded and stored queries when there are gpuivf.analyze_sample of them
+ * (or stored queries that were given), else on rows.  heap may be NULL
+ * (opened when needed); drawn: the row sample, drawn over every row of the
+ * index, or NULL (drawn here when needed).  Returns false when nothing was
+ * stored (untrained, too few rows, gpuivf.analyze_sample = 0, rebuilt
+ * meanwhile). */
 bool        GpuivfCalibrate(Relation index, Relation heap, const GpuivfCalibSample *drawn);
+/* The same on given queries (nq raw vectors of the index's dims; stored as
+ * the index's calibration queries, source "given"), or with queries NULL on
+ * rows, forgetting the stored queries. */
+bool        GpuivfCalibrateOn(Relation index, Relation heap, const float4 *queries, int nq);
 /* Would calibrating an index of meta's shape search through the GPU worker
  * (gpuivf.device not cpu, a worker up, every point within its limits)? */
 bool        GpuivfCalibrationSearchesOnGpu(Relation index, const GpuivfMetaPageData *meta);
 /* Should VACUUM (which hides a following ANALYZE from the AM) re-measure?
  * True when the index has no curve or its size changed by 10% or more. */
 bool        GpuivfCalibrationIsStale(const GpuivfMetaPageData *meta);
+/* "rows", "workload", "given" */
+const char *GpuivfCalibSourceName(int source);
+/* gpuivf_index_info's "calibration" and "recorded_queries" members */
+void        GpuivfAppendCalibrationInfo(StringInfo json, Relation index,
+                                        const GpuivfMetaPageData *meta);
+
+/* ---------------------------------------------------------- sample.cpp */
+
 /* The seam for ground truth: exact top-k (entry ids, ascending by score,
  * padded with UINT64_MAX) of nq raw queries among all rows of the index,
- * each query's own entry exclude_ids[i] left out.  On the GPU worker when
- * one is up (gpuivf.device not cpu), else on the CPU: the same result.
- * *on_gpu (may be NULL): the worker computed all of it. */
+ * each query's own entry exclude_ids[i] left out (UINT64_MAX: none).  On the
+ * GPU worker when one is up (gpuivf.device not cpu), else on the CPU: the
+ * same result.  *on_gpu (may be NULL): the worker computed all of it. */
 void        GpuivfExactKnnForCalibration(Relation index, Relation heap,
                                          const GpuivfMetaPageData *meta, int nq,
                                          const float4 *queries, const uint64 *exclude_ids,
                                          int k, uint64 *out_ids, float *out_scores,
                                          bool *on_gpu);
+
+/* -------------------------------------------------------- recorded.cpp */
+
+/* _PG_init: the settings; with shared_preload_libraries the shared memory */
+void        GpuivfRecordedInit(void);
+/* A scan offers the query it answers (raw vector of dims floats) to the
+ * index's reservoir; meta: the scan's metapage copy (drift detection). */
+void        GpuivfRecordQuery(Relation index, const GpuivfMetaPageData *meta, const float4 *x,
+                              int dims);
+/* Up to max recorded queries (palloc'd *out), a random subset when there
+ * are more; *ticket for GpuivfRecordedConsumed.  0 without any. */
+int         GpuivfRecordedTake(Relation index, int dims, int max, float4 **out, uint64 *ticket);
+/* A calibration stored what was taken: the reservoir starts again. */
+void        GpuivfRecordedConsumed(uint64 ticket);
+typedef struct GpuivfRecordedInfo
+{
+    bool        available;      /* recording possible (preloaded) */
+    int         capacity;       /* slots of the index's reservoir */
+    uint64      seen;           /* queries offered since it started */
+    int         held;           /* queries in it with a known distance */
+    double      nn_mean;        /* their mean distance to the nearest list centre */
+    uint32      drift_said;     /* calib_id + 1 of the calibration drift was said for */
+} GpuivfRecordedInfo;
+bool        GpuivfRecordedStats(Relation index, int dims, GpuivfRecordedInfo *info);
+/* L2 distance of a raw vector to its nearest list centre; NaN untrained */
+float       GpuivfNearestCentreDistance(Relation index, const float4 *x, int dims);
+
+/* ---------------------------------------------------------- stored.cpp */
+
+/* The index's stored calibration queries (palloc'd, *nq of meta->dims
+ * floats), or NULL. */
+float4     *GpuivfReadStoredQueries(Relation index, const GpuivfMetaPageData *meta, int *nq);
+/* How many of nq queries of dims floats a stored set keeps (a byte bound). */
+int         GpuivfCalibStoredCap(int nq, int dims);
+/* Store calib (its calib_* fields) with queries (NULL: none) as the current
+ * set; false when the index was rebuilt since train_id. */
+bool        GpuivfStoreCalibration(Relation index, uint64 train_id, GpuivfMetaPageData *calib,
+                                   const float4 *queries, int nq, int dims);
+
+/* gpuivf_verify: the two chains against the metapage; NULL, or what is
+ * wrong (palloc'd).  Claims their blocks in role[] (0 = unclaimed). */
+char       *GpuivfCheckCalibChains(Relation index, const GpuivfMetaPageData *meta,
+                                   BlockNumber nblocks, uint8 *role, uint8 calib_role);
+
+/* ----------------------------------------------------------- given.cpp */
+
+extern "C" {
+Datum       gpuivf_calibrate(PG_FUNCTION_ARGS);
+}
+
 #endif                          /* GPUIVF_CALIBRATION_H */

@@ -1,57 +1,36 @@
 /*
- * calibration/curve.cpp — ANALYZE calibrates nprobe to a recall target.
+ * calibration/curve.cpp — measuring the recall curves of an index: recall@k
+ * of its own search against exact results, for several k (1, 10, 100) and
+ * a sweep of nprobe values, on a set of queries with their exact top k
+ * (calibration/calibrate.cpp chooses the queries and stores the result).
  *
- * A calibration measures, for one index, the recall@10 of its own search as a
- * function of nprobe, and stores that curve in the metapage
- * (GpuivfLogCalibration: one GenericXLog record, so it survives restarts and
- * reaches standbys).  Scans with gpuivf.probes = 0 then use the smallest
- * measured nprobe whose recall meets gpuivf.target_recall with 95% confidence
- * (GpuivfChooseProbes, search/probes.cpp), so changing the target takes
- * effect at once, without measuring again.
+ * How: for each query the lists are visited in probe order, feeding one ADC
+ * k-selection of Cmax = the most candidates a scan of any measured k keeps
+ * (C_k = max(k, gpuivf.rerank_candidates), capped at 1024), the query's own
+ * entry skipped when the query is a row of the index; at every measured
+ * nprobe the best C_k of them are exactly those a scan's first round keeps
+ * for a LIMIT of k with that nprobe, so the scan's recall follows without
+ * re-running it: with re-rank the exact top k of those candidates contains
+ * every true neighbour among them (they are the k nearest of all rows), so
+ * recall@k = |best C_k ∩ truth_k| / k; without re-rank the scan returns the
+ * k best ADC scores, compared with the truth directly.  One pass over the
+ * probe order gives every point (nprobe 1, 2, ..., 16, then about 64 points
+ * in all, geometric up to lists), in stages that double nprobe; the sweep
+ * stops when a doubling closes less than a tenth of the gap to recall 1 for
+ * every k (a plateau), when every curve is at 1, or at lists (with re-rank
+ * nprobe = lists is the exact scan: 1).  When the GPU worker is up (and
+ * lists <= 1024, the engine's nprobe limit), each point is measured by
+ * GpuivfSearchBatch of all queries instead (SearchStage, one batch per
+ * distinct candidate count): the same curves, computed by the engine that
+ * answers the queries.
  *
- * When: ANALYZE (amvacuumcleanup with analyze_only: plain ANALYZE and
- * autovacuum's auto-analyze), the end of CREATE INDEX / REINDEX, and a VACUUM
- * that finds the curve missing or stale (VACUUM ANALYZE never calls the AM
- * with analyze_only, so autovacuum's combined runs would otherwise never
- * re-measure).
- *
- * How:
- *   1. sample: gpuivf.analyze_sample rows of the index (a reservoir with a
- *      fixed seed) become the queries: vector tuples when the index stores
- *      vectors, else heap rows visible to a fresh snapshot;
- *   2. ground truth: exact top-10 of every query among all rows of the index,
- *      leaving out the query's own row (a self-match would inflate recall),
- *      by brute force in batches of rows: on the GPU worker when one is up
- *      (its engine's exact_knn, the same bits as core exact_knn), else with
- *      core exact_knn in this backend (GpuivfExactKnnForCalibration);
- *   3. sweep: for each query the lists are visited in probe order, feeding
- *      one ADC k-selection of R = max(gpuivf.rerank_candidates, 10)
- *      candidates, the query's own entry skipped; at every measured nprobe
- *      the candidates are exactly those a scan's first round keeps with that
- *      nprobe, so the recall of the scan follows without re-running it: with
- *      re-rank the exact top-10 of the candidates contains every true
- *      neighbour among them (they are the 10 nearest of all rows), so
- *      recall = |candidates ∩ truth| / 10; without re-rank the scan returns
- *      the 10 best ADC scores, compared with the truth directly.  One pass
- *      over the probe order gives every point (nprobe 1, 2, ..., 16, then
- *      about 64 points in all, geometric up to lists), in stages that double
- *      nprobe; the sweep stops when a doubling closes less than a tenth of
- *      the gap to recall 1 (a plateau), when recall is 1, or at lists (with
- *      re-rank nprobe = lists is the exact scan: 1).  When the GPU worker is
- *      up (and lists <= 1024, the engine's nprobe limit), each point is
- *      measured by one GpuivfSearchBatch of all queries instead
- *      (SearchStage): the same curve, computed by the engine that answers
- *      the queries.
- *
- * Cost on the CPU, for n rows of d dimensions, q sample queries, L lists,
- * m sub-quantizers of 2^b centroids: ground truth q * n * d multiply-adds
- * (GEMM) plus one read of the vector pages (or the heap); the sweep at most
- * q * (n * m table look-ups + L * d * 2^b for the look-up tables) — at most
- * one ADC pass over the whole index per query, less when it stops early.
- * Memory: the queries (q * d floats), one batch of at most 16 MB of base
- * vectors, q * R candidates.  No lock is held while computing: pages are read
- * under a share lock one at a time, and only the final write locks the
- * metapage (exclusively, briefly), so inserts and queries go on meanwhile.
+ * Cost on the CPU, for n rows, q queries, L lists, PQ with m sub-quantizers
+ * of 2^b centroids of d / m dimensions: at most one ADC pass over the whole
+ * index per query, q * (n * m table look-ups + L * d * 2^b for the look-up
+ * tables), less when it stops early; per point and query a sort of Cmax
+ * candidates when some k keeps fewer of them, and Cmax binary searches in
+ * the query's true neighbours.  Memory: q * Cmax candidates.  No lock is
+ * held while computing: pages are read under a share lock one at a time.
  */
 #include "gpuivf.h"
 #include "calibration/calibration.h"
@@ -63,8 +42,6 @@
 #include <cmath>
 
 #define GPUIVF_CALIB_DENSE      16      /* every nprobe up to this is a point */
-
-#define GPUIVF_STALE_FRACTION   0.10
 #define GPUIVF_PLATEAU_FRACTION 0.10
 
 /* ----------------------------------------------------------------- sweep */
@@ -93,6 +70,13 @@ SweepPoints(int lists, uint32 *points)
     return n;
 }
 
+/* A true neighbour of a query: its id and its rank in the exact order. */
+typedef struct TruthRank
+{
+    uint64      id;
+    int         rank;
+} TruthRank;
+
 /* Everything the sweep keeps between stages. */
 typedef struct SweepState
 {
@@ -101,12 +85,16 @@ typedef struct SweepState
     BlockNumber nblocks;        /* of the index as the sweep began */
     bool        rerank;
     int         nq;
-    int         k;
-    int         R;              /* candidates per query */
+    int         nk;             /* curves measured */
+    int         ks[GPUIVF_CURVE_KS];    /* their k, ascending */
+    int         C[GPUIVF_CURVE_KS];     /* candidates a scan of k rows keeps */
+    int         Cmax;           /* candidates kept per query */
+    bool        ordered;        /* some k needs the candidates in ADC order */
+    int         K;              /* true neighbours per query: ks[nk - 1] */
     const CalibSample *sample;
-    const uint64 *truth;        /* nq * k entry ids, UINT64_MAX padded */
-    uint64     *truth_heap;     /* the same as heap TIDs (search path only) */
-    gpuivf::TopK *cands;        /* nq selections of R */
+    TruthRank  *ranks;          /* per query K (id, rank), sorted by id */
+    int        *ntruth;         /* per query: true neighbours known */
+    gpuivf::TopK *cands;        /* nq selections of Cmax */
     float      *query_prep;     /* dims */
     int32      *order;          /* probe order, lists */
     float      *order_scores;
@@ -114,11 +102,81 @@ typedef struct SweepState
     int         page_cap;
     uint8      *page_codes;
     uint64     *page_ids;
-    float      *snap_vals;      /* R, for a sorted copy */
+    float      *snap_vals;      /* Cmax, for a sorted copy */
     uint64     *snap_ids;
-    double     *sum;            /* per point: sum of per-query recall */
+    int         npoints;
+    double     *sum;            /* [nk][npoints]: sum of per-query recall */
     double     *sumsq;
 } SweepState;
+
+static int
+CompareTruthRank(const void *a, const void *b)
+{
+    uint64      x = ((const TruthRank *) a)->id;
+    uint64      y = ((const TruthRank *) b)->id;
+
+    return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/* Index every query's true neighbours (truth: nq * K ids, UINT64_MAX
+ * padded) by id. */
+static void
+RankTruth(SweepState *sw, const uint64 *truth)
+{
+    sw->ranks = (TruthRank *) palloc(sizeof(TruthRank) * (Size) sw->nq * sw->K);
+    sw->ntruth = (int *) palloc(sizeof(int) * sw->nq);
+    for (int q = 0; q < sw->nq; q++)
+    {
+        TruthRank  *r = sw->ranks + (Size) q * sw->K;
+        int         n = 0;
+
+        for (int t = 0; t < sw->K && truth[(Size) q * sw->K + t] != PG_UINT64_MAX; t++)
+        {
+            r[n].id = truth[(Size) q * sw->K + t];
+            r[n].rank = t;
+            n++;
+        }
+        qsort(r, n, sizeof(TruthRank), CompareTruthRank);
+        sw->ntruth[q] = n;
+    }
+}
+
+/* Rank of id among query q's true neighbours, or -1. */
+static int
+TruthRankOf(const SweepState *sw, int q, uint64 id)
+{
+    const TruthRank *r = sw->ranks + (Size) q * sw->K;
+    int         lo = 0;
+    int         hi = sw->ntruth[q] - 1;
+
+    while (lo <= hi)
+    {
+        int         mid = (lo + hi) / 2;
+
+        if (r[mid].id == id)
+            return r[mid].rank;
+        if (r[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
+    return -1;
+}
+
+/* Add query q's recall@ks[c] at point j: hits[c] of its true neighbours of
+ * rank < ks[c] returned (every true neighbour when it has fewer). */
+static void
+AddRecall(SweepState *sw, int q, int j, const int *hits)
+{
+    for (int c = 0; c < sw->nk; c++)
+    {
+        int         want = Min(sw->ks[c], sw->ntruth[q]);
+        double      r = want > 0 ? (double) hits[c] / want : 1.0;
+
+        sw->sum[c * sw->npoints + j] += r;
+        sw->sumsq[c * sw->npoints + j] += r * r;
+    }
+}
 
 /* Read one list page: its entries' ids and codes, the own row left out. */
 static int
@@ -169,41 +227,42 @@ SweepScanList(SweepState *sw, const gpuivf::IvfPqModel &model, int list, uint64 
     }
 }
 
-/* Recall of query q's current candidates: re-ranked (truth among them) or
- * the k best ADC scores. */
-static double
-SweepRecall(SweepState *sw, int q)
+/*
+ * Query q's recall@k at point j for every k, from its current candidates
+ * (the best Cmax by ADC).  With re-rank a scan of k rows returns the exact
+ * top k of its best C_k candidates, which holds every true neighbour among
+ * them (they are the nearest of all rows): hits = true neighbours of rank
+ * < k among the best C_k.  Without re-rank it returns the k best by ADC.
+ */
+static void
+SweepRecall(SweepState *sw, int q, int j)
 {
-    const uint64 *truth = sw->truth + (Size) q * sw->k;
     const gpuivf::TopK *c = &sw->cands[q];
-    int         ntruth = 0;
-    int         hits = 0;
-    int         nres = c->size;
-    const uint64 *res = c->ids;
+    const uint64 *ids = c->ids;
+    int         hits[GPUIVF_CURVE_KS] = {0};
 
-    if (!sw->rerank)
+    if (sw->ordered)
     {
         memcpy(sw->snap_vals, c->vals, sizeof(float) * c->size);
         memcpy(sw->snap_ids, c->ids, sizeof(uint64) * c->size);
         gpuivf::sort_pairs(sw->snap_vals, sw->snap_ids, c->size);
-        nres = Min(c->size, sw->k);
-        res = sw->snap_ids;
+        ids = sw->snap_ids;
     }
-    for (int j = 0; j < sw->k; j++)
+    for (int i = 0; i < c->size; i++)
     {
-        if (truth[j] == PG_UINT64_MAX)
-            break;
-        ntruth++;
-        for (int i = 0; i < nres; i++)
+        int         rank = TruthRankOf(sw, q, ids[i]);
+
+        if (rank < 0)
+            continue;
+        for (int k = 0; k < sw->nk; k++)
         {
-            if (res[i] == truth[j])
-            {
-                hits++;
-                break;
-            }
+            int         returned = sw->rerank ? sw->C[k] : sw->ks[k];
+
+            if (rank < sw->ks[k] && i < returned)
+                hits[k]++;
         }
     }
-    return ntruth > 0 ? (double) hits / ntruth : 1.0;
+    AddRecall(sw, q, j, hits);
 }
 
 /*
@@ -238,13 +297,7 @@ SweepStage(SweepState *sw, const uint32 *points, int first, int last, int from)
             if (list >= 0 && list < (int) sw->meta.lists)
                 SweepScanList(sw, model, list, self, &sw->cands[q]);
             while (next_point <= last && (int) points[next_point] == pos + 1)
-            {
-                double      r = SweepRecall(sw, q);
-
-                sw->sum[next_point] += r;
-                sw->sumsq[next_point] += r * r;
-                next_point++;
-            }
+                SweepRecall(sw, q, next_point++);
             vacuum_delay_point();
             CHECK_FOR_INTERRUPTS();
         }
@@ -283,10 +336,13 @@ EntryIdsToHeapIds(Relation index, const GpuivfMetaPageData *meta, const uint64 *
 }
 
 /*
- * The stage of SweepStage measured through GpuivfSearchBatch instead, one
- * batch of all queries per point: what the GPU worker answers when it is
- * up.  k + 1 rows (and R + 1 candidates) are asked so that the query's own
- * row can be dropped.
+ * The stage of SweepStage measured through GpuivfSearchBatch instead: per
+ * point one batch of all queries per group of k that keep the same
+ * candidates (with re-rank: the same C_k; without: all), asking the
+ * group's largest k.  A scan of k rows returns the first k of those rows
+ * (the exact top k of the same candidates, or the k best by ADC).  A query
+ * that is a row of the index asks one more row (and candidate), so that its
+ * own row can be dropped.
  */
 static bool
 SearchStage(SweepState *sw, const uint32 *points, int first, int last)
@@ -295,59 +351,60 @@ SearchStage(SweepState *sw, const uint32 *points, int first, int last)
     GpuivfQuery *queries = (GpuivfQuery *) palloc(sizeof(GpuivfQuery) * sw->nq);
     GpuivfHit **hits = (GpuivfHit **) palloc(sizeof(GpuivfHit *) * sw->nq);
     int        *nhits = (int *) palloc(sizeof(int) * sw->nq);
+    int        *found = (int *) palloc(sizeof(int) * (Size) sw->nq * GPUIVF_CURVE_KS);
 
     for (int j = first; j <= last; j++)
     {
-        GpuivfSearchStats stats;
-
         if (GpuivfGetIndexState(sw->index)->meta.train_id != sw->meta.train_id)
             return false;
-        for (int q = 0; q < sw->nq; q++)
+        memset(found, 0, sizeof(int) * (Size) sw->nq * GPUIVF_CURVE_KS);
+        for (int g = 0, e; g < sw->nk; g = e + 1)
         {
-            queries[q].vector = sw->sample->queries + (Size) q * dims;
-            queries[q].k = sw->k + 1;
-            queries[q].nprobe = (int) points[j];
-            /* one more candidate too: the own row is almost surely among them */
-            queries[q].rerank = sw->rerank ? Min(sw->R + 1, gpuivf::kMaxK) : 0;
+            GpuivfSearchStats stats;
+            int         kask;
+
+            for (e = g; e + 1 < sw->nk && (!sw->rerank || sw->C[e + 1] == sw->C[g]); e++)
+                ;
+            kask = sw->ks[e];
+            for (int q = 0; q < sw->nq; q++)
+            {
+                int         self = sw->sample->self_ids[q] != PG_UINT64_MAX ? 1 : 0;
+
+                queries[q].vector = sw->sample->queries + (Size) q * dims;
+                queries[q].k = Min(kask + self, gpuivf::kMaxK);
+                queries[q].nprobe = (int) points[j];
+                queries[q].rerank = sw->rerank ? Min(sw->C[g] + self, gpuivf::kMaxK) : 0;
+            }
+            /* NULL: the metapage as it is now, not as the calibration began */
+            GpuivfSearchBatch(sw->index, sw->nq, queries, hits, nhits, &stats, NULL);
+            for (int q = 0; q < sw->nq; q++)
+            {
+                int         taken = 0;
+
+                for (int h = 0; h < nhits[q] && taken < kask; h++)
+                {
+                    uint64      id = GpuivfTidToId(&hits[q][h].tid);
+                    int         rank;
+
+                    if (id == sw->sample->self_heap_ids[q])
+                        continue;
+                    rank = TruthRankOf(sw, q, id);
+                    for (int c = g; c <= e && rank >= 0; c++)
+                        if (rank < sw->ks[c] && taken < sw->ks[c])
+                            found[q * GPUIVF_CURVE_KS + c]++;
+                    taken++;
+                }
+                pfree(hits[q]);
+            }
+            CHECK_FOR_INTERRUPTS();
         }
-        /* NULL: the metapage as it is now, not as the calibration began */
-        GpuivfSearchBatch(sw->index, sw->nq, queries, hits, nhits, &stats, NULL);
         for (int q = 0; q < sw->nq; q++)
-        {
-            const uint64 *truth = sw->truth_heap + (Size) q * sw->k;
-            int         ntruth = 0;
-            int         found = 0;
-            int         taken = 0;
-
-            for (int t = 0; t < sw->k && truth[t] != PG_UINT64_MAX; t++)
-                ntruth++;
-            for (int h = 0; h < nhits[q] && taken < sw->k; h++)
-            {
-                uint64      id = GpuivfTidToId(&hits[q][h].tid);
-
-                if (id == sw->sample->self_heap_ids[q])
-                    continue;
-                taken++;
-                for (int t = 0; t < ntruth; t++)
-                    if (truth[t] == id)
-                    {
-                        found++;
-                        break;
-                    }
-            }
-            {
-                double      r = ntruth > 0 ? (double) found / ntruth : 1.0;
-
-                sw->sum[j] += r;
-                sw->sumsq[j] += r * r;
-            }
-            pfree(hits[q]);
-        }
-        CHECK_FOR_INTERRUPTS();
+            AddRecall(sw, q, j, found + q * GPUIVF_CURVE_KS);
     }
     pfree(queries);
     pfree(hits);
     pfree(nhits);
+    pfree(found);
     return true;
 }
 
@@ -377,20 +434,44 @@ GpuivfCalibrationSearchesOnGpu(Relation index, const GpuivfMetaPageData *meta)
     return gpuivf_analyze_sample > 0 && CalibrateViaSearch(index, meta);
 }
 
-/* Mean recall measured at point j. */
+/* Mean recall@ks[c] measured at point j. */
 static double
-SweepMean(const SweepState *sw, int j)
+SweepMean(const SweepState *sw, int c, int j)
 {
-    return sw->sum[j] / sw->nq;
+    return sw->sum[c * sw->npoints + j] / sw->nq;
 }
 
-/*
- * Measure the curve into calib (calib_npoints, calib_curve).  Returns false
- * when the index was rebuilt meanwhile.
- */
+/* Is every curve at recall 1 at point j? */
 static bool
-MeasureCurve(Relation index, const GpuivfMetaPageData *meta, const CalibSample *sample,
-             const uint64 *truth, int k, GpuivfMetaPageData *calib)
+AllPerfect(const SweepState *sw, int j)
+{
+    for (int c = 0; c < sw->nk; c++)
+        if (SweepMean(sw, c, j) < 1.0)
+            return false;
+    return true;
+}
+
+/* Did doubling nprobe from point prev to point last close less than a
+ * tenth of the remaining gap to recall 1, for every curve (a plateau: the
+ * candidates, not the lists, limit recall)? */
+static bool
+AllPlateaued(const SweepState *sw, int prev, int last)
+{
+    for (int c = 0; c < sw->nk; c++)
+    {
+        double      now = SweepMean(sw, c, last);
+        double      before = SweepMean(sw, c, prev);
+
+        if (now < 1.0 && now - before > GPUIVF_PLATEAU_FRACTION * (1.0 - before))
+            return false;
+    }
+    return true;
+}
+
+/* Measure the curves (calibration.h's private part, sample.h). */
+bool
+MeasureCurves(Relation index, const GpuivfMetaPageData *meta, const CalibSample *sample,
+              const uint64 *truth, const int *ks, int nk, GpuivfMetaPageData *calib)
 {
     SweepState  sw;
     uint32      points[GPUIVF_CURVE_POINTS];
@@ -401,38 +482,53 @@ MeasureCurve(Relation index, const GpuivfMetaPageData *meta, const CalibSample *
     float      *cand_vals;
     uint64     *cand_ids;
     bool        via_search = CalibrateViaSearch(index, meta);
+    int         R = Max(gpuivf_rerank_candidates, 1);
 
+    Assert(nk >= 1 && nk <= GPUIVF_CURVE_KS);
     memset(&sw, 0, sizeof(sw));
     sw.index = index;
     sw.meta = *meta;
     sw.nblocks = RelationGetNumberOfBlocks(index);
     sw.rerank = (meta->flags & GPUIVF_META_RERANK) != 0;
     sw.nq = sample->nq;
-    sw.k = k;
-    sw.R = Min(Max(gpuivf_rerank_candidates, k), gpuivf::kMaxK);
+    sw.nk = nk;
+    sw.npoints = npoints;
+    for (int c = 0; c < nk; c++)
+    {
+        sw.ks[c] = ks[c];
+        /* what a scan of k rows keeps (search/round_one.cpp) */
+        sw.C[c] = Min(Max(ks[c], R), gpuivf::kMaxK);
+        sw.Cmax = Max(sw.Cmax, sw.rerank ? sw.C[c] : ks[c]);
+    }
+    sw.ordered = !sw.rerank || sw.C[0] < sw.Cmax;
+    sw.K = ks[nk - 1];
     sw.sample = sample;
-    sw.truth = truth;
     if (via_search)
     {
-        sw.truth_heap = (uint64 *) palloc(sizeof(uint64) * (Size) sw.nq * k);
-        EntryIdsToHeapIds(index, meta, truth, (int64) sw.nq * k, sw.truth_heap);
+        /* the search answers heap TIDs: rank the truth by those */
+        uint64     *truth_heap = (uint64 *) palloc(sizeof(uint64) * (Size) sw.nq * sw.K);
+
+        EntryIdsToHeapIds(index, meta, truth, (int64) sw.nq * sw.K, truth_heap);
+        RankTruth(&sw, truth_heap);
     }
+    else
+        RankTruth(&sw, truth);
     sw.cands = (gpuivf::TopK *) palloc(sizeof(gpuivf::TopK) * sw.nq);
-    cand_vals = (float *) palloc_extended(sizeof(float) * (Size) sw.nq * sw.R, MCXT_ALLOC_HUGE);
-    cand_ids = (uint64 *) palloc_extended(sizeof(uint64) * (Size) sw.nq * sw.R, MCXT_ALLOC_HUGE);
+    cand_vals = (float *) palloc_extended(sizeof(float) * (Size) sw.nq * sw.Cmax, MCXT_ALLOC_HUGE);
+    cand_ids = (uint64 *) palloc_extended(sizeof(uint64) * (Size) sw.nq * sw.Cmax, MCXT_ALLOC_HUGE);
     for (int q = 0; q < sw.nq; q++)
-        gpuivf::topk_init(&sw.cands[q], cand_vals + (Size) q * sw.R, cand_ids + (Size) q * sw.R,
-                          sw.R);
+        gpuivf::topk_init(&sw.cands[q], cand_vals + (Size) q * sw.Cmax,
+                          cand_ids + (Size) q * sw.Cmax, sw.Cmax);
     sw.query_prep = (float *) palloc(sizeof(float) * meta->dims);
     sw.order = (int32 *) palloc(sizeof(int32) * lists);
     sw.order_scores = (float *) palloc(sizeof(float) * lists);
     sw.page_cap = GPUIVF_LIST_PAGE_CAPACITY(meta->code_size);
     sw.page_codes = (uint8 *) palloc((Size) sw.page_cap * meta->code_size);
     sw.page_ids = (uint64 *) palloc(sizeof(uint64) * sw.page_cap);
-    sw.snap_vals = (float *) palloc(sizeof(float) * sw.R);
-    sw.snap_ids = (uint64 *) palloc(sizeof(uint64) * sw.R);
-    sw.sum = (double *) palloc0(sizeof(double) * npoints);
-    sw.sumsq = (double *) palloc0(sizeof(double) * npoints);
+    sw.snap_vals = (float *) palloc(sizeof(float) * sw.Cmax);
+    sw.snap_ids = (uint64 *) palloc(sizeof(uint64) * sw.Cmax);
+    sw.sum = (double *) palloc0(sizeof(double) * npoints * nk);
+    sw.sumsq = (double *) palloc0(sizeof(double) * npoints * nk);
 
     /*
      * With re-rank, nprobe = lists is the exact scan (recall 1 by
@@ -447,8 +543,11 @@ MeasureCurve(Relation index, const GpuivfMetaPageData *meta, const CalibSample *
 
         if (exact_point)
         {
-            sw.sum[measured] = sw.nq;
-            sw.sumsq[measured] = sw.nq;
+            for (int c = 0; c < nk; c++)
+            {
+                sw.sum[c * npoints + measured] = sw.nq;
+                sw.sumsq[c * npoints + measured] = sw.nq;
+            }
             measured++;
             break;
         }
@@ -460,156 +559,36 @@ MeasureCurve(Relation index, const GpuivfMetaPageData *meta, const CalibSample *
             return false;
         measured = last + 1;
 
-        /* stop at recall 1, or when doubling nprobe closed less than a
-         * tenth of the remaining gap to 1 (a plateau: the candidates, not
-         * the lists, limit recall) */
-        if (SweepMean(&sw, last) >= 1.0 ||
-            (stage_end_prev >= 0 &&
-             SweepMean(&sw, last) - SweepMean(&sw, stage_end_prev) <=
-             GPUIVF_PLATEAU_FRACTION * (1.0 - SweepMean(&sw, stage_end_prev))))
+        /* stop when every curve is at recall 1, or on a plateau */
+        if (AllPerfect(&sw, last) ||
+            (stage_end_prev >= 0 && AllPlateaued(&sw, stage_end_prev, last)))
             break;
         stage_end_prev = last;
     }
 
-    /* points after the first perfect one add nothing (never chosen) */
+    /* points after the first where every curve is perfect add nothing */
     for (int j = 0; j < measured; j++)
-        if (SweepMean(&sw, j) >= 1.0)
+        if (AllPerfect(&sw, j))
         {
             measured = j + 1;
             break;
         }
     calib->calib_npoints = (uint16) measured;
+    for (int c = 0; c < GPUIVF_CURVE_KS; c++)
+        calib->calib_k[c] = c < nk ? (uint16) ks[c] : 0;
     for (int j = 0; j < measured; j++)
     {
-        double      mean = SweepMean(&sw, j);
-        double      var = sw.nq > 1
-            ? Max(0.0, (sw.sumsq[j] - sw.nq * mean * mean) / (sw.nq - 1)) : 0.0;
+        calib->calib_nprobe[j] = points[j];
+        for (int c = 0; c < nk; c++)
+        {
+            double      mean = SweepMean(&sw, c, j);
+            double      sq = sw.sumsq[c * npoints + j];
+            double      var = sw.nq > 1 ? Max(0.0, (sq - sw.nq * mean * mean) / (sw.nq - 1)) : 0.0;
 
-        calib->calib_curve[j].nprobe = points[j];
-        calib->calib_curve[j].recall = (float4) mean;
-        calib->calib_curve[j].recall_se = (float4) sqrt(var / sw.nq);
+            calib->calib_recall[c][j].recall = (float4) mean;
+            calib->calib_recall[c][j].recall_se = (float4) sqrt(var / sw.nq);
+        }
     }
-    calib->calib_rerank = sw.rerank ? (uint32) sw.R : 0;
+    calib->calib_rerank = sw.rerank ? (uint32) sw.Cmax : 0;
     return true;
-}
-
-/* ----------------------------------------------------------- calibration */
-
-/* GpuivfCalibrate in the calibration's memory context. */
-static bool
-CalibrateIn(Relation index, Relation heap, const GpuivfMetaPageData *meta,
-            const CalibSample *drawn)
-{
-    int         k = GPUIVF_CALIBRATION_K;
-    int         dims = (int) meta->dims;
-    CalibSample sample;
-    uint64     *truth;
-    float      *truth_scores;
-    GpuivfMetaPageData calib;
-    Buffer      metabuf;
-    bool        stored = false;
-    TimestampTz t_start = GetCurrentTimestamp();
-    TimestampTz t_sample;
-    TimestampTz t_truth;
-    bool        truth_on_gpu = false;
-    bool        walked = true;
-
-    /* a sample drawn over all the index's rows (the same rows a walk would
-     * draw: no random draw happens before the reservoir is full) */
-    if (drawn != NULL && drawn->dims == dims && (uint64) drawn->seen == meta->vectors)
-    {
-        sample = *drawn;
-        walked = false;
-    }
-    else
-    {
-        CalibSampleInit(&sample, (int) Min((uint64) gpuivf_analyze_sample, meta->vectors), dims);
-        WalkIndexedRows(index, heap, meta, SampleSink, &sample);
-    }
-    if (sample.nq < 2)
-        return false;
-
-    t_sample = GetCurrentTimestamp();
-    truth = (uint64 *) palloc(sizeof(uint64) * (Size) sample.nq * k);
-    truth_scores = (float *) palloc(sizeof(float) * (Size) sample.nq * k);
-    GpuivfExactKnnForCalibration(index, heap, meta, sample.nq, sample.queries, sample.self_ids,
-                                 k, truth, truth_scores, &truth_on_gpu);
-    t_truth = GetCurrentTimestamp();
-
-    memset(&calib, 0, sizeof(calib));
-    if (!MeasureCurve(index, meta, &sample, truth, k, &calib))
-        return false;
-    elog(DEBUG1, "gpuivf index \"%s\" calibrated on %d queries: sample %.0f ms%s, exact top-%d on the %s %.0f ms, "
-         "%d points up to nprobe %u of %u lists %.0f ms",
-         RelationGetRelationName(index), sample.nq,
-         TimestampDifferenceMilliseconds(t_start, t_sample) * 1.0,
-         walked ? "" : " (drawn by the build's encoding scan)", k,
-         truth_on_gpu ? "GPU" : "CPU",
-         TimestampDifferenceMilliseconds(t_sample, t_truth) * 1.0, (int) calib.calib_npoints,
-         calib.calib_curve[Max(calib.calib_npoints, 1) - 1].nprobe, meta->lists,
-         TimestampDifferenceMilliseconds(t_truth, GetCurrentTimestamp()) * 1.0);
-    calib.calib_sample = (uint32) sample.nq;
-    calib.calib_vectors = meta->vectors;
-    calib.calib_time = GetCurrentTimestamp();
-    calib.calib_k = (uint16) k;
-
-    /* store it unless the index was rebuilt meanwhile */
-    metabuf = ReadBuffer(index, GPUIVF_METAPAGE_BLKNO);
-    LockBuffer(metabuf, BUFFER_LOCK_EXCLUSIVE);
-    if (GpuivfPageIsType(BufferGetPage(metabuf), GPUIVF_PAGE_META) &&
-        GpuivfPageGetMeta(BufferGetPage(metabuf))->train_id == meta->train_id)
-    {
-        GpuivfLogCalibration(index, metabuf, &calib);
-        stored = true;
-    }
-    UnlockReleaseBuffer(metabuf);
-    return stored;
-}
-
-/* Measure the curve of an index and store it (calibration.h). */
-bool
-GpuivfCalibrate(Relation index, Relation heap, const GpuivfCalibSample *drawn)
-{
-    GpuivfMetaPageData meta;
-    MemoryContext ctx;
-    MemoryContext old;
-    bool        own_heap = false;
-    bool        stored;
-
-    if (gpuivf_analyze_sample <= 0)
-        return false;
-    GpuivfReadMeta(index, &meta);
-    if (!GpuivfMetaIsTrained(&meta) || meta.lists == 0 || meta.dims == 0 || meta.vectors < 2)
-        return false;
-    gpuivf::init_blas_single_threaded();
-    if (heap == NULL && !GpuivfMetaStoresVectors(&meta))
-    {
-        /* the caller (VACUUM/ANALYZE) holds a lock on the table already */
-        heap = table_open(IndexGetRelation(RelationGetRelid(index), false), AccessShareLock);
-        own_heap = true;
-    }
-
-    ctx = AllocSetContextCreate(CurrentMemoryContext, "gpuivf calibration",
-                                ALLOCSET_DEFAULT_SIZES);
-    old = MemoryContextSwitchTo(ctx);
-    stored = CalibrateIn(index, heap, &meta, drawn);
-    MemoryContextSwitchTo(old);
-    MemoryContextDelete(ctx);
-    if (own_heap)
-        table_close(heap, AccessShareLock);
-    return stored;
-}
-
-/* VACUUM re-measures a missing or stale curve (calibration.h). */
-bool
-GpuivfCalibrationIsStale(const GpuivfMetaPageData *meta)
-{
-    double      then;
-
-    if (!GpuivfMetaIsTrained(meta) || gpuivf_analyze_sample <= 0 || meta->vectors < 2)
-        return false;
-    if (meta->calib_k == 0 || meta->calib_npoints == 0)
-        return true;
-    then = (double) meta->calib_vectors;
-    return fabs((double) meta->vectors - then) >= GPUIVF_STALE_FRACTION * Max(then, 1.0);
 }

@@ -1,7 +1,8 @@
 /*
  * calibration/sample.h — private to calibration/: the rows of an index as a
- * calibration reads them, and the sample of them that becomes its queries
- * (sample.cpp).
+ * calibration reads them, the queries of a calibration (a sample of rows,
+ * or query vectors with no row of their own: self ids UINT64_MAX), and the
+ * measurement (curve.cpp).
  */
 #ifndef GPUIVF_CALIBRATION_SAMPLE_H
 #define GPUIVF_CALIBRATION_SAMPLE_H
@@ -35,5 +36,13 @@ typedef struct CalibSample CalibSample;
 void        CalibSampleInit(CalibSample *s, int cap, int dims);
 /* A RowSinkFn: one row offered to the sample's reservoir. */
 void        SampleSink(void *arg, const float4 *x, uint64 id, uint64 heap_id);
+
+/* curve.cpp: measure the curves of ks[0..nk) (ascending) into calib
+ * (calib_k, calib_npoints, calib_nprobe, calib_recall, calib_rerank) on the
+ * queries of sample, whose exact top ks[nk - 1] are truth (entry ids);
+ * false when the index was rebuilt meanwhile. */
+bool        MeasureCurves(Relation index, const GpuivfMetaPageData *meta,
+                          const CalibSample *sample, const uint64 *truth, const int *ks, int nk,
+                          GpuivfMetaPageData *calib);
 
 #endif                          /* GPUIVF_CALIBRATION_SAMPLE_H */

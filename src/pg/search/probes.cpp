@@ -1,7 +1,8 @@
 /*
  * search/probes.cpp — how many lists a query probes, decided here and only
  * here (GpuivfChooseProbes): gpuivf.probes when set, else the smallest point
- * of the recall curve ANALYZE measured (calibration/curve.cpp) that meets
+ * of the recall curve for the query's LIMIT that ANALYZE measured
+ * (calibration/curve.cpp) that meets
  * the index's recall target (its target_recall option, else
  * gpuivf.target_recall), else the automatic ceil(sqrt(lists)); the last two
  * raised for a filter above the scan.  Scans, the batched kNN join, the
@@ -32,31 +33,104 @@ GpuivfAutoProbes(int lists)
     return (int) ceil(sqrt((double) lists));
 }
 
-/* The curve's choice for target (search.h). */
+/* The measured curves a scan of k rows reads: *lo the largest measured k
+ * at or below k, *hi the smallest at or above it (indexes into calib_k);
+ * both the smallest below the smallest measured k, both the largest above
+ * the largest; -1 / -1 without a curve. */
+static void
+CurvesFor(const GpuivfMetaPageData *meta, int k, int *lo, int *hi)
+{
+    *lo = *hi = -1;
+    for (int c = 0; c < GPUIVF_CURVE_KS; c++)
+    {
+        if (meta->calib_k[c] == 0)
+            continue;
+        if ((int) meta->calib_k[c] <= k)
+            *lo = c;
+        if (*hi < 0 && (int) meta->calib_k[c] >= k)
+            *hi = c;
+    }
+    if (*lo < 0)
+        *lo = *hi;
+    if (*hi < 0)
+        *hi = *lo;
+}
+
+/*
+ * Recall@k at point j as a scan of k rows counts on it: the mean and the
+ * lower end of its one-sided 95% interval.  For a measured k its own
+ * curve; between two measured k the lower of the two curves' values
+ * (recall@k at one nprobe falls as k grows, so the value for k lies between
+ * them, and the lower is never above it); below the smallest measured k the
+ * smallest's, above the largest the largest's.
+ */
+static void
+PointRecall(const GpuivfMetaPageData *meta, int lo, int hi, int j, double *recall,
+            double *bound)
+{
+    const GpuivfRecallPoint *a = &meta->calib_recall[lo][j];
+    const GpuivfRecallPoint *b = &meta->calib_recall[hi][j];
+
+    *recall = Min((double) a->recall, (double) b->recall);
+    *bound = Min((double) a->recall - GPUIVF_CURVE_CONFIDENCE_Z * (double) a->recall_se,
+                 (double) b->recall - GPUIVF_CURVE_CONFIDENCE_Z * (double) b->recall_se);
+}
+
+/* The curve's choice for target at k rows (search.h). */
 int
-GpuivfCurveProbes(const GpuivfMetaPageData *meta, double target, bool *reached)
+GpuivfCurveProbes(const GpuivfMetaPageData *meta, int k, double target, bool *reached)
 {
     int         best = -1;
+    double      best_recall = -1;
     int         n = Min((int) meta->calib_npoints, GPUIVF_CURVE_POINTS);
+    int         lo;
+    int         hi;
 
     *reached = false;
-    if (!GpuivfMetaIsTrained(meta) || meta->calib_k == 0 || n == 0)
+    if (!GpuivfMetaIsTrained(meta) || meta->calib_sample == 0 || n == 0)
+        return 0;
+    CurvesFor(meta, k > 0 ? k : GPUIVF_CALIBRATION_K, &lo, &hi);
+    if (lo < 0)
         return 0;
     for (int j = 0; j < n; j++)
     {
-        const GpuivfCurvePoint *p = &meta->calib_curve[j];
+        double      recall;
+        double      bound;
 
-        /* the lower end of a one-sided 95% interval meets the target;
-         * + 1e-6: the float4 0.95f is below the float8 0.95 */
-        if ((double) p->recall - GPUIVF_CURVE_CONFIDENCE_Z * (double) p->recall_se + 1e-6 >= target)
+        PointRecall(meta, lo, hi, j, &recall, &bound);
+        /* + 1e-6: the float4 0.95f is below the float8 0.95 */
+        if (bound + 1e-6 >= target)
         {
             *reached = true;
-            return (int) Min(Max(p->nprobe, (uint32) 1), meta->lists);
+            return (int) Min(Max(meta->calib_nprobe[j], (uint32) 1), meta->lists);
         }
-        if (best < 0 || p->recall > meta->calib_curve[best].recall)
+        if (recall > best_recall)
+        {
             best = j;
+            best_recall = recall;
+        }
     }
-    return (int) Min(Max(meta->calib_curve[best].nprobe, (uint32) 1), meta->lists);
+    return (int) Min(Max(meta->calib_nprobe[best], (uint32) 1), meta->lists);
+}
+
+/* The best recall@k the curves promise: what a target above it gets. */
+static double
+CurveBestRecall(const GpuivfMetaPageData *meta, int k)
+{
+    double      best = 0;
+    int         lo;
+    int         hi;
+
+    CurvesFor(meta, k > 0 ? k : GPUIVF_CALIBRATION_K, &lo, &hi);
+    for (int j = 0; lo >= 0 && j < Min((int) meta->calib_npoints, GPUIVF_CURVE_POINTS); j++)
+    {
+        double      recall;
+        double      bound;
+
+        PointRecall(meta, lo, hi, j, &recall, &bound);
+        best = Max(best, recall);
+    }
+    return best;
 }
 
 /* Indexes (train_id, measurement) this backend has said "target not
@@ -89,21 +163,18 @@ FirstWarning(const GpuivfMetaPageData *meta)
 /* The NOTICE a scan gives, once per backend and curve, when the curve
  * cannot reach the target and its best point is used instead. */
 static void
-NoticeTargetNotReached(Relation index, const GpuivfMetaPageData *meta,
+NoticeTargetNotReached(Relation index, const GpuivfMetaPageData *meta, int k,
                        const GpuivfProbeChoice *choice, int nprobe)
 {
-    float       best = 0;
-
     if (!FirstWarning(meta))
         return;
-    for (int j = 0; j < meta->calib_npoints; j++)
-        best = Max(best, meta->calib_curve[j].recall);
     ereport(NOTICE,
             (errmsg("recall target %.3f of index \"%s\" (%s) is above the best recall ANALYZE measured",
                     choice->target, RelationGetRelationName(index),
                     GpuivfTargetSourceName(choice->target_source)),
              errdetail("The best measured recall@%d is %.3f at %d of %u lists; scans use that.",
-                       (int) meta->calib_k, (double) best, nprobe, meta->lists),
+                       k > 0 ? k : GPUIVF_CALIBRATION_K, CurveBestRecall(meta, k), nprobe,
+                       meta->lists),
              errhint("Raise gpuivf.rerank_candidates and run ANALYZE, or REINDEX the index if its rows changed much since it was built.")));
 }
 
@@ -115,7 +186,6 @@ GpuivfChooseProbes(Relation index, const GpuivfMetaPageData *meta, int k, double
     int         lists = (int) meta->lists;
     int         nprobe;
 
-    (void) k;                   /* the curve is measured at calib_k */
     memset(choice, 0, sizeof(*choice));
     choice->target = GpuivfTargetRecall(index, &choice->target_source);
     if (!GpuivfMetaIsTrained(meta) || lists == 0)
@@ -123,7 +193,7 @@ GpuivfChooseProbes(Relation index, const GpuivfMetaPageData *meta, int k, double
         choice->source = GPUIVF_PROBES_UNTRAINED;
         return;                 /* nprobe 0: the exact scan */
     }
-    choice->curve_nprobe = GpuivfCurveProbes(meta, choice->target, &choice->target_reached);
+    choice->curve_nprobe = GpuivfCurveProbes(meta, k, choice->target, &choice->target_reached);
     if (gpuivf_probes > 0)
     {
         /* an explicit gpuivf.probes is taken as it is, filter or not */
@@ -137,7 +207,7 @@ GpuivfChooseProbes(Relation index, const GpuivfMetaPageData *meta, int k, double
             nprobe = choice->curve_nprobe;
             choice->source = GPUIVF_PROBES_CURVE;
             if (!choice->target_reached && notice)
-                NoticeTargetNotReached(index, meta, choice, nprobe);
+                NoticeTargetNotReached(index, meta, k, choice, nprobe);
         }
         else
         {

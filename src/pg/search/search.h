@@ -41,15 +41,19 @@ typedef struct GpuivfProbeChoice
  * per backend and curve), else ceil(sqrt(lists)), either raised by
  * 1/sqrt(filter_sel) for a filter of selectivity filter_sel (1 = none);
  * always within [1, lists] (0 for an untrained index).  k: rows the query
- * wants (0 = unknown; the curve is measured at k = 10 and used for any k).
+ * wants (0 = unknown: 10); its curve is GpuivfCurveProbes's.
  */
 void        GpuivfChooseProbes(Relation index, const GpuivfMetaPageData *meta, int k,
                                double filter_sel, bool notice, GpuivfProbeChoice *choice);
-/* The curve's choice for target, without side effects: the smallest
- * measured nprobe meeting it with 95% confidence (recall - 1.645 standard
- * errors >= target; *reached = true), else the point with the best recall
- * (*reached = false).  0 when the metapage has no curve. */
-int         GpuivfCurveProbes(const GpuivfMetaPageData *meta, double target, bool *reached);
+/* The curve's choice for target at k rows (0 = unknown: 10), without side
+ * effects: the smallest measured nprobe meeting it with 95% confidence
+ * (recall - 1.645 standard errors >= target; *reached = true), else the
+ * point with the best recall (*reached = false); 0 when the metapage has no
+ * curve.  Curves are measured at a few k (calib_k: 1, 10, 100); a k between
+ * two of them reads the lower of their two values at each point, a k above
+ * the largest reads the largest's curve. */
+int         GpuivfCurveProbes(const GpuivfMetaPageData *meta, int k, double target,
+                              bool *reached);
 /* The name of a GPUIVF_PROBES_* source in EXPLAIN, or (json) in
  * gpuivf_index_info */
 const char *GpuivfProbeSourceName(int source, bool json);

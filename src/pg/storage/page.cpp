@@ -645,38 +645,156 @@ GpuivfLogFreeVectorTuples(Relation index, Buffer vecbuf, OffsetNumber *offsets, 
 
 /* -------------------------------------------------- ANALYZE calibration */
 
-/* The curve was appended to the metapage struct; the fields before it keep
- * the offsets of format version 1 (README.md, "Metapage"). */
+/* The fields before the calibration keep the offsets of format version 1
+ * (README.md, "Metapage"). */
 StaticAssertDecl(offsetof(GpuivfMetaPageData, vector_insert_page) == 80,
                  "metapage fields of format 1 moved");
 StaticAssertDecl(offsetof(GpuivfMetaPageData, calib_sample) == 84,
                  "calibration fields must follow vector_insert_page");
-StaticAssertDecl(offsetof(GpuivfMetaPageData, calib_curve) == 112 &&
-                 sizeof(GpuivfCurvePoint) == 12 && sizeof(GpuivfMetaPageData) == 880,
+StaticAssertDecl(offsetof(GpuivfMetaPageData, calib_nprobe) == 152 &&
+                 offsetof(GpuivfMetaPageData, calib_recall) == 408 &&
+                 sizeof(GpuivfMetaPageData) == 1944,
                  "metapage layout differs from README.md");
 
+/* Format a calibration-query page: stamp calib_id, n floats of data, the
+ * chain link kept as it was (next). */
+static void
+PutCalibPage(Page page, BlockNumber next, uint32 calib_id, const float4 *data, uint32 n)
+{
+    GpuivfCalibPageHeader *hdr;
+
+    Assert(n <= GPUIVF_CALIB_FLOATS_PER_PAGE);
+    GpuivfInitPage(page, GPUIVF_PAGE_CALIB);
+    GpuivfPageGetOpaque(page)->nextblkno = next;
+    hdr = (GpuivfCalibPageHeader *) PageGetContents(page);
+    hdr->calib_id = calib_id;
+    hdr->nfloats = n;
+    if (n > 0)
+        memcpy((char *) hdr + sizeof(GpuivfCalibPageHeader), data, sizeof(float4) * n);
+    ((PageHeader) page)->pd_lower = MAXALIGN(SizeOfPageHeaderData) +
+        sizeof(GpuivfCalibPageHeader) + sizeof(float4) * n;
+}
+
 /*
- * Store a calibration in the metapage: the calib_* fields of calib (from
- * calib_sample to the end of the struct) replace the page's, in one
- * GenericXLog record of the metapage alone (exclusively locked by the
- * caller).  The rows of the index do not change, so neither does
- * generation.  pd_lower is raised to cover the whole struct, so a metapage
- * written before the curve existed keeps it in full-page images too.
+ * Grow the chain of free calibration-query pages by the pages newbufs[0..n)
+ * (n <= 2; new pages of the fork, exclusively locked by the caller): they
+ * are formatted empty and linked behind tailbuf, the chain's last page, or,
+ * when the chain is empty (tailbuf invalid), become it, in one record with
+ * the metapage (calib_free_head, calib_free_pages).  So a page is never
+ * outside a chain the metapage reaches, whatever crashes.
  */
 void
-GpuivfLogCalibration(Relation index, Buffer metabuf, const GpuivfMetaPageData *calib)
+GpuivfLogCalibFreeAppend(Relation index, Buffer tailbuf, const Buffer *newbufs, int n,
+                         Buffer metabuf)
 {
     GenericXLogState *state = GenericXLogStart(index);
-    Page        page = GenericXLogRegisterBuffer(state, metabuf, 0);
-    PageHeader  phdr = (PageHeader) page;
+    Page        metapage;
+    GpuivfMetaPage meta;
+    BlockNumber first = BufferGetBlockNumber(newbufs[0]);
+
+    Assert(n >= 1 && n <= MAX_GENERIC_XLOG_PAGES - 2);
+    for (int i = 0; i < n; i++)
+    {
+        Page        page = GenericXLogRegisterBuffer(state, newbufs[i], GENERIC_XLOG_FULL_IMAGE);
+
+        PutCalibPage(page, i + 1 < n ? BufferGetBlockNumber(newbufs[i + 1]) : InvalidBlockNumber,
+                     0, NULL, 0);
+    }
+    if (BufferIsValid(tailbuf))
+    {
+        Page        tail = GenericXLogRegisterBuffer(state, tailbuf, 0);
+
+        GpuivfPageGetOpaque(tail)->nextblkno = first;
+    }
+    metapage = GenericXLogRegisterBuffer(state, metabuf, 0);
+    meta = GpuivfPageGetMeta(metapage);
+    if (!BufferIsValid(tailbuf))
+        meta->calib_free_head = first;
+    meta->calib_free_pages += n;
+    GenericXLogFinish(state);
+}
+
+/*
+ * Write calibration queries into pages of the free chain: bufs[i] (n <=
+ * MAX_GENERIC_XLOG_PAGES, exclusively locked) gets counts[i] floats from
+ * data[i] and the stamp calib_id; links stay as they are, so the pages stay
+ * in the free chain until GpuivfLogCalibration makes them the current set.
+ */
+void
+GpuivfLogCalibQueryPages(Relation index, const Buffer *bufs, int n, const float4 *const *data,
+                         const uint32 *counts, uint32 calib_id)
+{
+    GenericXLogState *state = GenericXLogStart(index);
+
+    Assert(n >= 1 && n <= MAX_GENERIC_XLOG_PAGES);
+    for (int i = 0; i < n; i++)
+    {
+        Page        page = GenericXLogRegisterBuffer(state, bufs[i], GENERIC_XLOG_FULL_IMAGE);
+        BlockNumber next = GpuivfPageGetOpaque(BufferGetPage(bufs[i]))->nextblkno;
+
+        PutCalibPage(page, next, calib_id, data[i], counts[i]);
+    }
+    GenericXLogFinish(state);
+}
+
+/*
+ * Store a calibration, in one GenericXLog record: the calib_* fields of
+ * calib (from calib_sample to the end of the struct, including the two
+ * chains' heads and counts, which the caller computed) replace the
+ * metapage's.  When the new query set ends before the free chain did,
+ * lastbuf (its last page) is cut from the rest; when there was a current
+ * set, its last page oldtailbuf is linked to free_next, the first page of
+ * the new free chain after it (the old set joins the free pages).  Either
+ * buffer may be invalid; both are exclusively locked by the caller, the
+ * metapage too.  The rows of the index do not change, so neither does
+ * generation; pd_lower covers the whole struct.
+ */
+void
+GpuivfLogCalibration(Relation index, Buffer metabuf, const GpuivfMetaPageData *calib,
+                     Buffer lastbuf, Buffer oldtailbuf, BlockNumber free_next)
+{
+    GenericXLogState *state = GenericXLogStart(index);
+    Page        page;
+    PageHeader  phdr;
     Size        start = offsetof(GpuivfMetaPageData, calib_sample);
     Size        lower = MAXALIGN(SizeOfPageHeaderData) + sizeof(GpuivfMetaPageData);
 
+    if (BufferIsValid(lastbuf))
+    {
+        Page        last = GenericXLogRegisterBuffer(state, lastbuf, 0);
+
+        GpuivfPageGetOpaque(last)->nextblkno = InvalidBlockNumber;
+    }
+    if (BufferIsValid(oldtailbuf))
+    {
+        Page        tail = GenericXLogRegisterBuffer(state, oldtailbuf, 0);
+
+        GpuivfPageGetOpaque(tail)->nextblkno = free_next;
+    }
+    page = GenericXLogRegisterBuffer(state, metabuf, 0);
+    phdr = (PageHeader) page;
     memcpy((char *) GpuivfPageGetMeta(page) + start, (const char *) calib + start,
            sizeof(GpuivfMetaPageData) - start);
     if (phdr->pd_lower < lower)
         phdr->pd_lower = lower;
     GenericXLogFinish(state);
+}
+
+/* A calibration-query page's stamp and data (n floats), or NULL when blkno
+ * is not such a page; the caller holds a lock on page. */
+const float4 *
+GpuivfCalibPageData(Page page, uint32 *calib_id, uint32 *n)
+{
+    const GpuivfCalibPageHeader *hdr;
+
+    if (!GpuivfPageIsType(page, GPUIVF_PAGE_CALIB))
+        return NULL;
+    hdr = (const GpuivfCalibPageHeader *) PageGetContents(page);
+    if (hdr->nfloats > GPUIVF_CALIB_FLOATS_PER_PAGE)
+        return NULL;
+    *calib_id = hdr->calib_id;
+    *n = hdr->nfloats;
+    return (const float4 *) ((const char *) hdr + sizeof(GpuivfCalibPageHeader));
 }
 
 /* ----------------------------------------------------- reading pages */

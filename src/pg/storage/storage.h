@@ -117,8 +117,19 @@ BlockNumber GpuivfDirPageOf(const GpuivfMetaPageData *meta, int list);
 Size        GpuivfPageFreeSpace(Page page);
 bool        GpuivfPageHasRoom(Page page, Size size);
 
-/* page.cpp: the curve into the metapage (one record, metapage only) */
-void        GpuivfLogCalibration(Relation index, Buffer metabuf, const GpuivfMetaPageData *calib);
+/* page.cpp: a calibration (README.md, "Calibration queries"): growing the
+ * free chain of calibration-query pages, writing queries into its pages,
+ * and the record that stores the curves and makes them the current set */
+void        GpuivfLogCalibFreeAppend(Relation index, Buffer tailbuf, const Buffer *newbufs, int n,
+                                     Buffer metabuf);
+void        GpuivfLogCalibQueryPages(Relation index, const Buffer *bufs, int n,
+                                     const float4 *const *data, const uint32 *counts,
+                                     uint32 calib_id);
+void        GpuivfLogCalibration(Relation index, Buffer metabuf, const GpuivfMetaPageData *calib,
+                                 Buffer lastbuf, Buffer oldtailbuf, BlockNumber free_next);
+/* page.cpp: the stamp and floats of a calibration-query page (caller locks
+ * it), NULL when it is not one */
+const float4 *GpuivfCalibPageData(Page page, uint32 *calib_id, uint32 *n);
 
 /* page.cpp: reading pages (scan, batch search) */
 void        GpuivfBadPage(Relation index, BlockNumber blkno, const char *expected);  /* ERROR */
