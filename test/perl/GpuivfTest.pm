@@ -92,9 +92,12 @@ sub run_tool
 }
 
 # Generates clustered data into a fresh temporary directory.
-#   rows, dims, queries, seed, clusters (optional), null_every (optional)
-# Returns { dir, base_copy, base_fvecs, query_fvecs, rows, dims, queries }.
-# base_copy is text COPY input for (id bigint, v real[]).
+#   rows, dims, queries, seed, clusters (optional), null_every (optional),
+#   query_options => [ '--query-shift', 1.5, ... ] (queries from another
+#   distribution than the rows: gpuivf_gen --help)
+# Returns { dir, base_copy, base_fvecs, query_fvecs, query_copy, rows, dims,
+# queries }.  base_copy and query_copy are text COPY input for
+# (id bigint, v real[]); query ids are 0-based query numbers.
 sub generate_data
 {
 	my (%o) = @_;
@@ -107,12 +110,14 @@ sub generate_data
 		queries => $o{queries} // 0,
 		base_copy => "$dir/base.copy",
 		base_fvecs => "$dir/base.fvecs",
-		query_fvecs => "$dir/query.fvecs");
+		query_fvecs => "$dir/query.fvecs",
+		query_copy => "$dir/query.copy");
 	my @cmd = (
 		$gen, '--rows', $o{rows}, '--dims', $o{dims},
 		'--queries', $d{queries}, '--seed', $o{seed} // 42,
-		'--base', $d{base_copy}, '--query', $d{query_fvecs});
+		'--base', $d{base_copy}, '--query', $d{query_fvecs}, '--query', $d{query_copy});
 	push @cmd, '--clusters', $o{clusters} if $o{clusters};
+	push @cmd, @{ $o{query_options} } if $o{query_options};
 	# fvecs cannot hold NULL rows: with null_every only the COPY file is
 	# written and ground truth is not available for it.
 	if ($o{null_every})

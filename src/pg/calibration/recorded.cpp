@@ -498,7 +498,9 @@ GpuivfRecordQuery(Relation index, const GpuivfMetaPageData *meta, const float4 *
     }
     pg_atomic_fetch_sub_u32(&e->writers, 1);
     pg_atomic_write_u64(&e->last_used, pg_atomic_fetch_add_u64(&Rec->clock, 1));
-    if (++le->recorded % REC_CHECK_EVERY == 0)
+    /* every 16th query this backend records, and at the count the test needs */
+    if (++le->recorded % REC_CHECK_EVERY == 0 ||
+        n + 1 == (uint64) Max(REC_DRIFT_MIN_QUERIES, Min(gpuivf_analyze_sample, (int) e->capacity)))
         CheckDrift(index, meta, e);
 }
 
