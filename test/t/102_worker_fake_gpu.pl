@@ -79,14 +79,14 @@ sub curve
 }
 my $x0 = worker_stat($node, 'exact_knn');
 my ($rc, $out, $err) = $node->psql('postgres', 'SET client_min_messages = debug1; ANALYZE items');
-like($err, qr/calibrated on 200 queries: .* exact top-10 on the GPU/,
+like($err, qr/calibrated on 200 queries from rows: .* exact top-100 on the GPU/,
 	'ANALYZE computes the ground truth on the GPU worker');
 cmp_ok(worker_stat($node, 'exact_knn'), '>', $x0, 'gpuivf_stat.exact_knn counts its requests');
 my $curve_gpu = curve();
 $x0 = worker_stat($node, 'exact_knn');
 ($rc, $out, $err) = $node->psql('postgres',
 	'SET gpuivf.device = cpu; SET client_min_messages = debug1; ANALYZE items');
-like($err, qr/exact top-10 on the CPU/, 'under gpuivf.device = cpu ANALYZE stays on the CPU');
+like($err, qr/exact top-100 on the CPU/, 'under gpuivf.device = cpu ANALYZE stays on the CPU');
 is(worker_stat($node, 'exact_knn'), $x0, 'and asks the worker nothing');
 like($curve_gpu, qr/"recall"/, 'the curve is there');
 is(curve(), $curve_gpu, 'GPU and CPU ANALYZE measure the same recall curve');
@@ -267,7 +267,7 @@ my $fb0 = worker_stat($node, 'cpu_fallbacks');
 PostgreSQL::Test::Utils::append_to_file($fail_file, 'x');
 ($rc, $out, $err) = $node->psql('postgres', 'SET client_min_messages = debug1; ANALYZE items');
 is($rc, 0, 'ANALYZE succeeds when the worker fails its exact kNN (device error, auto)');
-like($err, qr/exact top-10 on the CPU/, 'the CPU computed the ground truth instead');
+like($err, qr/exact top-100 on the CPU/, 'the CPU computed the ground truth instead');
 cmp_ok(worker_stat($node, 'cpu_fallbacks'), '>', $fb0, 'counted as a CPU fallback');
 is(curve(), $curve_cpu, 'the curve is the one the CPU measures');
 is(poll_until($node, "SELECT state FROM gpuivf_stat WHERE worker = 0 AND pid <> $cpid", 'ready'),

@@ -103,7 +103,7 @@ for my $metric (qw(l2 ip cosine))
 	my ($rc, $out, $err) = $node->psql('postgres',
 		"SET client_min_messages = debug1; CREATE INDEX $index ON items USING gpuivf (v $opclass) WITH (lists = 150)");
 	is($rc, 0, "generated $metric: CREATE INDEX");
-	like($err, qr/calibrated on \d+ queries: sample \d+ ms \(drawn by the build's encoding scan\)/,
+	like($err, qr/calibrated on \d+ queries from rows \(drawn by the build's encoding scan\): sample \d+ ms/,
 		"generated $metric: calibration took the sample the encoding scan drew");
 	# CREATE INDEX measured the curve already
 	isnt($node->safe_psql('postgres', "SELECT gpuivf_index_info('$index')->'calibration'"),
