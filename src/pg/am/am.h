@@ -40,10 +40,12 @@ bool        gpuivfvalidate(Oid opclassoid);
 
 /* build.cpp: amphasename (the handler points amphasename here) */
 char       *gpuivfbuildphasename(int64 phasenum);
-/* info.cpp, verify.cpp: SQL functions (the install script references them) */
+/* info.cpp, verify.cpp, calibrate.cpp: SQL functions (the install script
+ * references them) */
 extern "C" {
 Datum       gpuivf_index_info(PG_FUNCTION_ARGS);
 Datum       gpuivf_verify(PG_FUNCTION_ARGS);
+Datum       gpuivf_calibrate(PG_FUNCTION_ARGS);
 }
 /* info.cpp: the index argument of an SQL function (gpuivf_index_info,
  * gpuivf_verify, gpuivf_worker_search).  GpuivfCheckIndexArg checks, before
@@ -55,6 +57,10 @@ Datum       gpuivf_verify(PG_FUNCTION_ARGS);
  * returns the OIDs of its leaf indexes (one per partition). */
 Oid         GpuivfCheckIndexArg(Oid relid, bool *partitioned);
 Relation    GpuivfOpenCheckedIndex(Oid relid, Oid heapid, Relation *heap);
+/* The same with the locks a caller that changes the index wants (the
+ * table's heaplock first, then the index's) */
+Relation    GpuivfOpenCheckedIndexLocked(Oid relid, Oid heapid, LOCKMODE heaplock,
+                                         LOCKMODE indexlock, Relation *heap);
 List       *GpuivfLockPartitionIndexes(Oid relid, Oid heapid);
 /* -------------------------------------------------------------- scan */
 

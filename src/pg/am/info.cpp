@@ -67,8 +67,16 @@ GpuivfCheckIndexArg(Oid relid, bool *partitioned)
 Relation
 GpuivfOpenCheckedIndex(Oid relid, Oid heapid, Relation *heap)
 {
-    Relation    heaprel = table_open(heapid, AccessShareLock);
-    Relation    index = index_open(relid, AccessShareLock);
+    return GpuivfOpenCheckedIndexLocked(relid, heapid, AccessShareLock, AccessShareLock, heap);
+}
+
+/* See am.h. */
+Relation
+GpuivfOpenCheckedIndexLocked(Oid relid, Oid heapid, LOCKMODE heaplock, LOCKMODE indexlock,
+                             Relation *heap)
+{
+    Relation    heaprel = table_open(heapid, heaplock);
+    Relation    index = index_open(relid, indexlock);
 
     /* dropped and its OID reused meanwhile: not the index that was checked */
     if (IndexGetRelation(relid, true) != heapid ||

@@ -4,14 +4,15 @@
  * and stored in the metapage, on the queries the index really answers when
  * it has recorded enough of them, else on a sample of its rows.
  *
- *   calibrate.cpp  choosing the queries, measuring, storing (GpuivfCalibrate)
+ *   calibration.cpp choosing the queries, measuring, storing (GpuivfCalibrate)
  *   curve.cpp      measuring the curves (the sweep)
  *   sample.cpp     the rows of an index, the row sample, the ground truth
  *   recorded.cpp   the queries scans answer, recorded in shared memory;
  *                  noticing when they drift from the calibration's
  *   stored.cpp     the calibration's queries stored in the index's pages
- *   given.cpp      gpuivf_calibrate(index, query): calibrating on queries
- *                  the caller gives
+ *   info.cpp       what gpuivf_index_info shows of a calibration
+ * (gpuivf_calibrate, the SQL function calibrating on given queries, is in
+ * am/calibrate.cpp with the other SQL functions on an index.)
  *
  * Scans read the curves through search/probes.cpp.
  */
@@ -35,7 +36,7 @@ GpuivfCalibSample *GpuivfCalibSampleBegin(int dims);   /* NULL when calibration 
 void        GpuivfCalibSampleAdd(GpuivfCalibSample *sample, const float4 *x, uint64 id,
                                  uint64 heap_id);
 
-/* ------------------------------------------------------- calibrate.cpp */
+/* ----------------------------------------------------- calibration.cpp */
 
 /* Measure the curves of an index and store them in the metapage, on the
  * recorded and stored queries when there are gpuivf.analyze_sample of them
@@ -116,11 +117,5 @@ bool        GpuivfStoreCalibration(Relation index, uint64 train_id, GpuivfMetaPa
  * wrong (palloc'd).  Claims their blocks in role[] (0 = unclaimed). */
 char       *GpuivfCheckCalibChains(Relation index, const GpuivfMetaPageData *meta,
                                    BlockNumber nblocks, uint8 *role, uint8 calib_role);
-
-/* ----------------------------------------------------------- given.cpp */
-
-extern "C" {
-Datum       gpuivf_calibrate(PG_FUNCTION_ARGS);
-}
 
 #endif                          /* GPUIVF_CALIBRATION_H */

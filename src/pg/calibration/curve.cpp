@@ -2,7 +2,7 @@
  * calibration/curve.cpp — measuring the recall curves of an index: recall@k
  * of its own search against exact results, for several k (1, 10, 100) and
  * a sweep of nprobe values, on a set of queries with their exact top k
- * (calibration/calibrate.cpp chooses the queries and stores the result).
+ * (calibration/calibration.cpp chooses the queries and stores the result).
  *
  * How: for each query the lists are visited in probe order, feeding one ADC
  * k-selection of Cmax = the most candidates a scan of any measured k keeps

@@ -1,7 +1,7 @@
 /*
  * calibration/recorded.cpp — the queries each index answers, recorded in
  * shared memory so that ANALYZE can calibrate on the workload instead of on
- * rows (calibration/calibrate.cpp), and noticing when the workload drifts
+ * rows (calibration/calibration.cpp), and noticing when the workload drifts
  * away from the queries the index was calibrated on.
  *
  * Per index, a reservoir (Algorithm R) of up to gpuivf.query_sample query

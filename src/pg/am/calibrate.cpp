@@ -1,5 +1,5 @@
 /*
- * calibration/given.cpp — gpuivf_calibrate(index regclass, query text):
+ * am/calibrate.cpp — the SQL function gpuivf_calibrate(index regclass, query text):
  * calibrate an index on the query vectors the first column of `query`
  * returns (e.g. 'SELECT embedding FROM past_queries'), and store them as
  * its calibration queries (source "given"), which later ANALYZEs measure on
@@ -22,6 +22,7 @@
  * gpuivf.analyze_sample: a uniform sample of them (fixed seed).
  */
 #include "gpuivf.h"
+#include "am/am.h"
 #include "calibration/calibration.h"
 #include "storage/storage.h"
 
@@ -31,48 +32,6 @@ PG_FUNCTION_INFO_V1(gpuivf_calibrate);
 
 #define GIVEN_FETCH     1000
 #define GIVEN_SEED      UINT64CONST(0x6770756976660011)
-
-/* Open the index for a calibration: privileges first, then locks, table
- * before index (the order every path takes them in). */
-static Relation
-OpenForCalibration(Oid relid, Relation *heap)
-{
-    char        relkind = get_rel_relkind(relid);
-    Oid         heapid;
-    Relation    index;
-
-    if (relkind == RELKIND_PARTITIONED_INDEX)
-        ereport(ERROR,
-                (errcode(ERRCODE_WRONG_OBJECT_TYPE),
-                 errmsg("\"%s\" is a partitioned index", get_rel_name(relid)),
-                 errhint("Call gpuivf_calibrate on the index of each partition.")));
-    if (relkind != RELKIND_INDEX)
-        ereport(ERROR,
-                (errcode(ERRCODE_WRONG_OBJECT_TYPE),
-                 errmsg("\"%s\" is not a gpuivf index", get_rel_name(relid) ? get_rel_name(relid) : "?")));
-    heapid = IndexGetRelation(relid, false);
-    if (pg_class_aclcheck(heapid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
-        ereport(ERROR,
-                (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-                 errmsg("permission denied for table %s", get_rel_name(heapid))));
-    if (!pg_class_ownercheck(heapid, GetUserId()) &&
-        !(pg_database_ownercheck(MyDatabaseId, GetUserId()) && !IsSharedRelation(heapid)))
-        ereport(ERROR,
-                (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-                 errmsg("must be owner of table %s to calibrate its index", get_rel_name(heapid)),
-                 errdetail("A calibration chooses the probes of every query on the table, as ANALYZE does.")));
-    *heap = table_open(heapid, ShareUpdateExclusiveLock);
-    index = index_open(relid, RowExclusiveLock);
-    if (index->rd_rel->relam != get_index_am_oid("gpuivf", false))
-        ereport(ERROR,
-                (errcode(ERRCODE_WRONG_OBJECT_TYPE),
-                 errmsg("\"%s\" is not a gpuivf index", RelationGetRelationName(index))));
-    if (IndexGetRelation(relid, false) != heapid)
-        ereport(ERROR,
-                (errcode(ERRCODE_UNDEFINED_TABLE),
-                 errmsg("could not open the table of index \"%s\"", RelationGetRelationName(index))));
-    return index;
-}
 
 /* Turns a value of the query's first column into the index's key type. */
 typedef struct KeyCast
@@ -230,6 +189,8 @@ Datum
 gpuivf_calibrate(PG_FUNCTION_ARGS)
 {
     Oid         relid;
+    Oid         heapid;
+    bool        partitioned;
     Relation    heap;
     Relation    index;
     GpuivfMetaPageData meta;
@@ -240,7 +201,21 @@ gpuivf_calibrate(PG_FUNCTION_ARGS)
     if (PG_ARGISNULL(0))
         PG_RETURN_NULL();
     relid = PG_GETARG_OID(0);
-    index = OpenForCalibration(relid, &heap);
+    /* privileges first, without a lock (GpuivfCheckIndexArg: SELECT) */
+    heapid = GpuivfCheckIndexArg(relid, &partitioned);
+    if (partitioned)
+        ereport(ERROR,
+                (errcode(ERRCODE_WRONG_OBJECT_TYPE),
+                 errmsg("\"%s\" is a partitioned index", get_rel_name(relid)),
+                 errhint("Call gpuivf_calibrate on the index of each partition.")));
+    if (!pg_class_ownercheck(heapid, GetUserId()) &&
+        !(pg_database_ownercheck(MyDatabaseId, GetUserId()) && !IsSharedRelation(heapid)))
+        ereport(ERROR,
+                (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                 errmsg("must be owner of table %s to calibrate its index", get_rel_name(heapid)),
+                 errdetail("A calibration chooses the probes of every query on the table, as ANALYZE does.")));
+    index = GpuivfOpenCheckedIndexLocked(relid, heapid, ShareUpdateExclusiveLock, RowExclusiveLock,
+                                         &heap);
     GpuivfReadMeta(index, &meta);
     if (!GpuivfMetaIsTrained(&meta) || meta.lists == 0)
         ereport(ERROR,

@@ -1,5 +1,5 @@
 /*
- * calibration/calibrate.cpp — ANALYZE calibrates nprobe to a recall target,
+ * calibration/calibration.cpp — ANALYZE calibrates nprobe to a recall target,
  * on the queries the index answers.
  *
  * A calibration measures, for one index, recall@k of its own search for
