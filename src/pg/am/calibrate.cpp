@@ -232,7 +232,9 @@ gpuivf_calibrate(PG_FUNCTION_ARGS)
         if (nq < 2)
             ereport(ERROR,
                     (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                     errmsg("the query of gpuivf_calibrate returned %d query vectors, at least 2 are needed", nq)));
+                     errmsg_plural("the query of gpuivf_calibrate returned %d query vector, at least 2 are needed",
+                                   "the query of gpuivf_calibrate returned %d query vectors, at least 2 are needed",
+                                   nq, nq)));
     }
     if (!GpuivfCalibrateOn(index, heap, queries, nq))
         ereport(ERROR,
