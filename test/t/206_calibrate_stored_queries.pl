@@ -22,6 +22,7 @@ my $primary = gpuivf_node('primary', allows_streaming => 1, conf => qq(
 shared_preload_libraries = 'gpuivf'
 wal_consistency_checking = 'all'
 gpuivf.analyze_sample = 100
+autovacuum_naptime = 1
 ));
 $primary->backup('base');
 my $standby = PostgreSQL::Test::Cluster->new('standby');
@@ -33,6 +34,8 @@ my $data = generate_data(rows => 6000, dims => 24, queries => 300, seed => 11,
 	query_options => [ '--query-clusters', 10, '--query-shift', 1.5 ]);
 load_vectors($primary, 'items', $data->{base_copy});
 load_vectors($primary, 'qs', $data->{query_copy});
+# autovacuum only where the test asks for it
+$primary->safe_psql('postgres', 'ALTER TABLE items SET (autovacuum_enabled = off)');
 $primary->safe_psql('postgres', 'CREATE INDEX items_idx ON items USING gpuivf (v) WITH (lists = 60)');
 
 sub info
@@ -88,6 +91,18 @@ is(info($primary, 'recorded_queries,seen'), 150, '150 queries recorded');
 $primary->safe_psql('postgres', 'REINDEX INDEX items_idx');
 is(info($primary, 'calibration,source'), 'workload', 'REINDEX calibrates on the queries recorded before it');
 $primary->safe_psql('postgres', q{SET gpuivf.query_sample = 0; SELECT gpuivf_calibrate('items_idx', NULL)});
+
+# autovacuum's ANALYZE calibrates on recorded queries as ANALYZE does
+$primary->safe_psql('postgres', "SET enable_seqscan = off;\n$q");
+$primary->safe_psql('postgres', q{
+	ALTER TABLE items SET (autovacuum_enabled = on, autovacuum_analyze_threshold = 10,
+		autovacuum_analyze_scale_factor = 0);
+	INSERT INTO items SELECT id + 100000, v FROM items WHERE id < 50});
+is(poll_until($primary, q{SELECT gpuivf_index_info('items_idx') #>> '{calibration,source}'}, 'workload'),
+	'workload', "autovacuum's ANALYZE calibrates on the recorded queries");
+$primary->safe_psql('postgres', q{
+	ALTER TABLE items SET (autovacuum_enabled = off);
+	SET gpuivf.query_sample = 0; SELECT gpuivf_calibrate('items_idx', NULL)});
 
 # ---------------------------------------------------------------- privileges
 $primary->safe_psql('postgres', q{
