@@ -25,7 +25,10 @@
  * Memory: an arena of 64 kB units; a reservoir takes a contiguous run of
  * them (query_sample slots of 8 + 4 x dims bytes, at most half the arena),
  * first fit, evicting the reservoir recorded into longest ago when none is
- * free.  DROP of an index frees its reservoir (object access hook).
+ * free — if that was more than a minute ago: busy reservoirs are not traded
+ * for each other.  An index that gets none is not recorded, and a backend
+ * asks again only after 10 s.  DROP of an index frees its reservoir (object
+ * access hook).
  *
  * Privacy: the vectors stay in shared memory; no SQL function returns
  * them.  ANALYZE stores those it calibrates on in the index
@@ -47,6 +50,8 @@ int         gpuivf_query_sample_memory = 32768;     /* kB */
 #define REC_DRIFT_FRACTION  0.20    /* mean nearest-centre distance moved by 20% */
 #define REC_DRIFT_MIN_QUERIES 32
 #define REC_CHECK_EVERY 16          /* a backend checks every 16th query it records */
+#define REC_IDLE_EVICT_US   INT64CONST(60000000)   /* a reservoir idle this long may be evicted */
+#define REC_RETRY_US    INT64CONST(10000000)   /* a backend denied a reservoir asks again after */
 
 /* One reservoir.  `seen` is written by every query: its own cache line. */
 typedef struct RecEntry
@@ -60,7 +65,7 @@ typedef struct RecEntry
     uint32      slot_bytes;
     uint32      first_unit;
     uint32      nunits;
-    pg_atomic_uint64 last_used; /* RecShared.clock when last recorded into */
+    pg_atomic_uint64 last_used; /* TimestampTz of the last query kept */
     pg_atomic_uint32 writers;   /* backends copying into a slot (a pin) */
     pg_atomic_uint32 drift_said;    /* calib_id + 1 of the calibration the
                                      * drift notice was given for */
@@ -83,7 +88,6 @@ typedef struct RecShared
     LWLock     *lock;
     uint32      nunits;
     pg_atomic_uint64 next_tag;
-    pg_atomic_uint64 clock;
     RecEntry    entries[REC_ENTRIES];
     /* then: uint8 owner[nunits] (entry + 1, 0 = free), then the arena */
 } RecShared;
@@ -142,7 +146,6 @@ RecStartupHook(void)
         Rec->lock = &(GetNamedLWLockTranche("gpuivf query sample"))->lock;
         Rec->nunits = ArenaUnits();
         pg_atomic_init_u64(&Rec->next_tag, 1);
-        pg_atomic_init_u64(&Rec->clock, 1);
         for (int i = 0; i < REC_ENTRIES; i++)
         {
             RecEntry   *e = &Rec->entries[i];
@@ -173,7 +176,8 @@ typedef struct LocalEntry
 {
     Oid         indexoid;
     int         entry;
-    uint64      tag;
+    uint64      tag;            /* 0: denied (no memory) until retry_after */
+    TimestampTz retry_after;
     uint32      recorded;       /* queries this backend recorded into it */
 } LocalEntry;
 static LocalEntry local_cache[LOCAL_CACHE];
@@ -226,27 +230,30 @@ FreeRun(uint32 n)
     return -1;
 }
 
-/* The entry recorded into longest ago (other than keep), or -1. */
+/* The entry recorded into longest ago (other than keep), if that was more
+ * than a minute ago, or -1: a busy reservoir is never evicted to make room
+ * for another (that would only trade one for the other, query by query). */
 static int
 LeastRecentLocked(int keep)
 {
     int         best = -1;
-    uint64      oldest = PG_UINT64_MAX;
+    int64       oldest = PG_INT64_MAX;
+    TimestampTz idle_before = GetCurrentTimestamp() - REC_IDLE_EVICT_US;
 
     for (int i = 0; i < REC_ENTRIES; i++)
     {
-        uint64      used;
+        int64       used;
 
         if (i == keep || pg_atomic_read_u64(&Rec->entries[i].tag) == 0)
             continue;
-        used = pg_atomic_read_u64(&Rec->entries[i].last_used);
+        used = (int64) pg_atomic_read_u64(&Rec->entries[i].last_used);
         if (used < oldest)
         {
             oldest = used;
             best = i;
         }
     }
-    return best;
+    return oldest < idle_before ? best : -1;
 }
 
 /* A new entry for the index (exclusive lock held), or -1 when it cannot
@@ -299,7 +306,7 @@ CreateLocked(Oid indexoid, Oid heapoid, int dims)
     }
     pg_atomic_write_u64(&e->seen, 0);
     pg_atomic_write_u32(&e->drift_said, 0);
-    pg_atomic_write_u64(&e->last_used, pg_atomic_fetch_add_u64(&Rec->clock, 1));
+    pg_atomic_write_u64(&e->last_used, (uint64) GetCurrentTimestamp());
     pg_write_barrier();
     pg_atomic_write_u64(&e->tag, pg_atomic_fetch_add_u64(&Rec->next_tag, 1));
     return slot;
@@ -320,9 +327,17 @@ Lookup(Relation index, int dims, bool create)
     int         i;
 
     for (int c = 0; c < LOCAL_CACHE; c++)
-        if (local_cache[c].indexoid == indexoid && local_cache[c].tag != 0 &&
+    {
+        if (local_cache[c].indexoid != indexoid)
+            continue;
+        if (local_cache[c].tag != 0 &&
             pg_atomic_read_u64(&Rec->entries[local_cache[c].entry].tag) == local_cache[c].tag)
             return &local_cache[c];
+        /* denied a reservoir lately: not every query asks for one again */
+        if (local_cache[c].tag == 0 && create && GetCurrentTimestamp() < local_cache[c].retry_after)
+            return NULL;
+        le = &local_cache[c];
+    }
 
     LWLockAcquire(Rec->lock, LW_SHARED);
     i = FindLocked(indexoid);
@@ -343,14 +358,16 @@ Lookup(Relation index, int dims, bool create)
         if (i < 0)
             i = CreateLocked(indexoid, heapoid, dims);
         LWLockRelease(Rec->lock);
-        if (i < 0)
-            return NULL;
     }
-    le = &local_cache[local_next];
-    local_next = (local_next + 1) % LOCAL_CACHE;
+    if (le == NULL)
+    {
+        le = &local_cache[local_next];
+        local_next = (local_next + 1) % LOCAL_CACHE;
+    }
     le->indexoid = indexoid;
-    le->entry = i;
-    le->tag = pg_atomic_read_u64(&Rec->entries[i].tag);
+    le->entry = Max(i, 0);
+    le->tag = i >= 0 ? pg_atomic_read_u64(&Rec->entries[i].tag) : 0;
+    le->retry_after = GetCurrentTimestamp() + REC_RETRY_US;
     le->recorded = 0;
     return le->tag != 0 ? le : NULL;
 }
@@ -497,7 +514,7 @@ GpuivfRecordQuery(Relation index, const GpuivfMetaPageData *meta, const float4 *
         pg_atomic_write_u32(&slot->version, v + 2);
     }
     pg_atomic_fetch_sub_u32(&e->writers, 1);
-    pg_atomic_write_u64(&e->last_used, pg_atomic_fetch_add_u64(&Rec->clock, 1));
+    pg_atomic_write_u64(&e->last_used, (uint64) GetCurrentTimestamp());
     /* every 16th query this backend records, and at the count the test needs */
     if (++le->recorded % REC_CHECK_EVERY == 0 ||
         n + 1 == (uint64) Max(REC_DRIFT_MIN_QUERIES, Min(gpuivf_analyze_sample, (int) e->capacity)))
