@@ -35,7 +35,8 @@ AppendNumber(StringInfo json, double v)
  * "sample" (queries measured), "stored_queries", "vectors" (rows then),
  * "measured_at", "rerank_candidates", "nearest_centre_distance" {"mean",
  * "sd"}, "k": 10 and "curve" (recall@10), "curves": [{"k", "curve"}, ...]};
- * then "recorded_queries": {"recording" (this server records), "capacity",
+ * then "recorded_queries": {"recording" (this server records: preloaded,
+ * gpuivf.query_sample > 0, not a standby), "capacity",
  * "seen" (queries since the last calibration on them), "held",
  * "nearest_centre_distance" (their mean), "drifted"}.  Both followed by ", ".
  */
@@ -84,7 +85,8 @@ GpuivfAppendCalibrationInfo(StringInfo json, Relation index, const GpuivfMetaPag
     GpuivfRecordedStats(index, (int) meta->dims, &rec);
     appendStringInfo(json, "\"recorded_queries\": {\"recording\": %s, \"capacity\": %d, "
                      "\"seen\": " UINT64_FORMAT ", \"held\": %d, \"nearest_centre_distance\": ",
-                     rec.available && gpuivf_query_sample > 0 ? "true" : "false", rec.capacity,
+                     rec.available && gpuivf_query_sample > 0 && !RecoveryInProgress() ? "true" : "false",
+                     rec.capacity,
                      rec.seen, rec.held);
     AppendNumber(json, rec.held > 0 ? rec.nn_mean : NAN);
     appendStringInfo(json, ", \"drifted\": %s}, ",
