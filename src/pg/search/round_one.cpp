@@ -20,7 +20,12 @@ GpuivfMakeQuery(Relation index, const GpuivfMetaPageData *meta, int64 hint, doub
     GpuivfProbeChoice probes;
 
     k = hint > 0 ? (int) Min(hint, (int64) gpuivf::kMaxK) : Min(candidates, gpuivf::kMaxK);
-    GpuivfChooseProbes(index, meta, k, filter_sel, true, &probes);
+    /* the recall target is for the rows the query wants, the LIMIT: behind
+     * a filter the hint is raised for it, and so are the probes (by
+     * 1/sqrt(filter_sel) in GpuivfChooseProbes): read the curve of the
+     * LIMIT, not of the raised hint; no LIMIT known: 0, the default curve */
+    GpuivfChooseProbes(index, meta, hint > 0 ? GpuivfRowsWanted(hint, filter_sel) : 0, filter_sel,
+                       true, &probes);
 
     query->vector = vector;
     query->k = k;
@@ -43,6 +48,26 @@ GpuivfRowsForFilter(double rows, double sel)
     if (sel > 0 && sel < 1)
         rows = ceil((rows + 3 * sqrt(rows) + 3) / sel);
     return (int64) Min(rows, 1e12);
+}
+
+/*
+ * The rows a query wants when round 1 asks `hint` rows behind a filter of
+ * selectivity sel (search.h): GpuivfRowsForFilter's inverse, rows + 3
+ * sqrt(rows) + 3 = hint * sel solved for rows (its ceil rounds back).
+ */
+int
+GpuivfRowsWanted(int64 hint, double sel)
+{
+    double      y;
+    double      r;
+
+    if (!(sel > 0 && sel < 1))
+        return (int) Min(hint, (int64) PG_INT32_MAX);
+    y = (double) hint * sel - 3;
+    if (y <= 1)
+        return 1;
+    r = (-3 + sqrt(9 + 4 * y)) / 2;
+    return (int) Max(1.0, Min(floor(r * r + 0.5), (double) hint));
 }
 
 /* ------------------------------------------- precomputed round 1 offers */

@@ -81,6 +81,9 @@ int         GpuivfMakeQuery(Relation index, const GpuivfMetaPageData *meta, int6
 /* Rows to ask of round 1 when `rows` must pass a filter of selectivity sel
  * (1 = no filter) */
 int64       GpuivfRowsForFilter(double rows, double sel);
+/* Its inverse: the rows a query wants when round 1 asks `hint` behind a
+ * filter of selectivity sel (the LIMIT whose recall the target is about) */
+int         GpuivfRowsWanted(int64 hint, double sel);
 
 /*
  * round_one.cpp: a round 1 computed ahead of time (the batched kNN join)
