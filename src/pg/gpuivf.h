@@ -72,6 +72,7 @@ extern "C" {
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/itup.h"
+#include "access/parallel.h"
 #include "access/relation.h"
 #include "access/relscan.h"
 #include "access/reloptions.h"
@@ -122,6 +123,7 @@ extern "C" {
 #include "pgstat.h"
 #include "storage/bufmgr.h"
 #include "storage/bufpage.h"
+#include "storage/condition_variable.h"
 #include "storage/freespace.h"
 #include "storage/indexfsm.h"
 #include "storage/lmgr.h"
@@ -490,9 +492,35 @@ bool        GpuivfValuesAcceptable(const float4 *x, int n);
 /* utils.cpp: engine status, the engine's cancel hook, small algorithms */
 void        GpuivfRaiseStatus(const gpuivf::Status &status);
 bool        GpuivfShouldCancel(void *arg);                   /* CancelHook, never longjmps */
+gpuivf::CancelHook GpuivfCancelHook(void);                  /* with GpuivfShouldCancel */
 int         GpuivfCompareUint64(const void *a, const void *b);    /* qsort: ascending */
 bool        GpuivfSortedIdsContain(const uint64 *ids, int64 n, uint64 id);  /* binary search */
 int64       GpuivfReservoirSlot(pg_prng_state *prng, int64 held, int64 cap, int64 seen);
+/* utils.cpp: sampling by hash — the k rows with the smallest
+ * (GpuivfSampleHash(seed, id), id), whatever the order or the number of
+ * processes they are seen by; GpuivfBottomK keeps the keys of the rows held
+ * in the caller's slots (position-independent: may live in shared memory) */
+typedef struct GpuivfSampleKey
+{
+    uint64      hash;
+    uint64      id;             /* the row's id (heap TID as GpuivfTidToId) */
+    int64       slot;           /* where the caller keeps the row */
+} GpuivfSampleKey;
+typedef struct GpuivfBottomK
+{
+    int64       k;              /* keys kept */
+    int64       slots;          /* > k: rows the caller can hold */
+    int64       n;              /* keys held now */
+    bool        bounded;        /* bound is set: larger keys are turned away */
+    GpuivfSampleKey bound;      /* largest key kept at the last compaction */
+    /* keys[slots] and a stack of free slots follow */
+} GpuivfBottomK;
+uint64      GpuivfSampleHash(uint64 seed, uint64 id);
+Size        GpuivfBottomKSize(int64 slots);
+GpuivfBottomK *GpuivfBottomKInit(void *mem, int64 k, int64 slots);
+bool        GpuivfBottomKRejects(const GpuivfBottomK *bk, uint64 hash, uint64 id);
+int64       GpuivfBottomKOffer(GpuivfBottomK *bk, uint64 hash, uint64 id);  /* slot, or -1 */
+int64       GpuivfBottomKFinish(GpuivfBottomK *bk, const GpuivfSampleKey **keys);
 void        GpuivfAddSeconds(double *seconds, instr_time *since);  /* since: now */
 /* ------------------------------------------------------------ search */
 

@@ -1,9 +1,11 @@
 /*
  * utils.cpp — small services every module of the PostgreSQL side uses:
  * engine statuses raised as errors and the engine's cancel hook, a sorted-id
- * lookup, reservoir sampling and phase timing.
+ * lookup, sampling by hash and phase timing.
  */
 #include "gpuivf.h"
+
+#include <algorithm>
 
 /*
  * Raises a failed engine status as a PostgreSQL error.  A canceled status
@@ -65,6 +67,17 @@ GpuivfCompareUint64(const void *a, const void *b)
     return x < y ? -1 : (x > y ? 1 : 0);
 }
 
+/* The cancel hook long engine calls get: GpuivfShouldCancel. */
+gpuivf::CancelHook
+GpuivfCancelHook(void)
+{
+    gpuivf::CancelHook hook;
+
+    hook.should_cancel = GpuivfShouldCancel;
+    hook.arg = NULL;
+    return hook;
+}
+
 /* Binary search: is id among the n ascending ids? */
 bool
 GpuivfSortedIdsContain(const uint64 *ids, int64 n, uint64 id)
@@ -85,9 +98,149 @@ GpuivfSortedIdsContain(const uint64 *ids, int64 n, uint64 id)
 }
 
 /*
+ * Sampling by hash: a row is in the sample of k rows when its key
+ * (GpuivfSampleHash of its id, then the id) is among the k smallest of all
+ * rows.  The sample is then a function of the rows alone, not of the order
+ * they are seen in nor of how many processes scan them: a parallel build
+ * draws the rows a serial one draws, and a build draws those a walk of the
+ * finished index would.  The bookkeeping below (GpuivfBottomK) keeps the keys
+ * of the rows held in `slots` row slots owned by the caller; when the slots
+ * are full it keeps the k smallest keys and frees the other slots, and from
+ * then on turns away any key above the largest one kept (it can no longer be
+ * among the k smallest).  Position-independent: it may live in a DSM segment.
+ */
+uint64
+GpuivfSampleHash(uint64 seed, uint64 id)
+{
+    uint64      z = seed ^ (id * UINT64CONST(0x9E3779B97F4A7C15));
+
+    /* splitmix64's finalizer: every bit of id moves every bit of the hash */
+    z = (z ^ (z >> 30)) * UINT64CONST(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64CONST(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+static inline bool
+SampleKeyLess(const GpuivfSampleKey &a, const GpuivfSampleKey &b)
+{
+    return a.hash < b.hash || (a.hash == b.hash && a.id < b.id);
+}
+
+static GpuivfSampleKey *
+BottomKKeys(GpuivfBottomK *bk)
+{
+    return (GpuivfSampleKey *) ((char *) bk + MAXALIGN(sizeof(GpuivfBottomK)));
+}
+
+static int64 *
+BottomKFree(GpuivfBottomK *bk)
+{
+    return (int64 *) (BottomKKeys(bk) + bk->slots);
+}
+
+/* Bytes of the bookkeeping for `slots` slots (the rows are the caller's). */
+Size
+GpuivfBottomKSize(int64 slots)
+{
+    return MAXALIGN(sizeof(GpuivfBottomK)) + (Size) slots * (sizeof(GpuivfSampleKey) + sizeof(int64));
+}
+
+/* Keep the k smallest keys in `slots` >= k + 1 slots; mem: GpuivfBottomKSize. */
+GpuivfBottomK *
+GpuivfBottomKInit(void *mem, int64 k, int64 slots)
+{
+    GpuivfBottomK *bk = (GpuivfBottomK *) mem;
+    int64      *free_slots;
+
+    Assert(k >= 1 && slots > k);
+    bk->k = k;
+    bk->slots = slots;
+    bk->n = 0;
+    bk->bounded = false;
+    bk->bound.hash = PG_UINT64_MAX;
+    bk->bound.id = PG_UINT64_MAX;
+    bk->bound.slot = -1;
+    free_slots = BottomKFree(bk);
+    for (int64 i = 0; i < slots; i++)
+        free_slots[i] = slots - 1 - i;  /* slot 0 is handed out first */
+    return bk;
+}
+
+/* Would GpuivfBottomKOffer turn this key away? (a cheap pre-filter) */
+bool
+GpuivfBottomKRejects(const GpuivfBottomK *bk, uint64 hash, uint64 id)
+{
+    GpuivfSampleKey key = {hash, id, 0};
+
+    return bk->bounded && !SampleKeyLess(key, bk->bound);
+}
+
+/* Keep the k smallest keys; their slots stay, the others are freed. */
+static void
+BottomKCompact(GpuivfBottomK *bk)
+{
+    GpuivfSampleKey *keys = BottomKKeys(bk);
+    int64      *free_slots = BottomKFree(bk);
+
+    if (bk->n <= bk->k)
+        return;
+    /* keys[k - 1] becomes the k-th smallest, the smaller ones before it */
+    std::nth_element(keys, keys + (bk->k - 1), keys + bk->n, SampleKeyLess);
+    /* the free stack holds slots - n entries; push the evicted keys' slots */
+    for (int64 i = bk->k; i < bk->n; i++)
+        free_slots[bk->slots - bk->n + (i - bk->k)] = keys[i].slot;
+    bk->n = bk->k;
+    bk->bound = keys[bk->k - 1];
+    bk->bounded = true;
+}
+
+/*
+ * The slot that the row of this key goes into (the caller copies it there),
+ * or -1 when it is not among the k smallest keys offered so far.
+ */
+int64
+GpuivfBottomKOffer(GpuivfBottomK *bk, uint64 hash, uint64 id)
+{
+    GpuivfSampleKey *keys = BottomKKeys(bk);
+    int64      *free_slots = BottomKFree(bk);
+    int64       slot;
+
+    if (GpuivfBottomKRejects(bk, hash, id))
+        return -1;
+    if (bk->n == bk->slots)
+    {
+        BottomKCompact(bk);
+        if (GpuivfBottomKRejects(bk, hash, id))
+            return -1;
+    }
+    slot = free_slots[bk->slots - bk->n - 1];
+    keys[bk->n].hash = hash;
+    keys[bk->n].id = id;
+    keys[bk->n].slot = slot;
+    bk->n++;
+    return slot;
+}
+
+/*
+ * The sample: min(k, offered) keys, ascending (so its order, too, depends on
+ * the rows alone); *keys points at them.  Offering more afterwards is wrong.
+ */
+int64
+GpuivfBottomKFinish(GpuivfBottomK *bk, const GpuivfSampleKey **keys)
+{
+    GpuivfSampleKey *k = BottomKKeys(bk);
+
+    BottomKCompact(bk);
+    std::sort(k, k + bk->n, SampleKeyLess);
+    *keys = k;
+    return bk->n;
+}
+
+/*
  * Algorithm R: the reservoir slot (of cap) for the row after `seen` rows, the
  * reservoir holding `held` of them: `held` itself while it is not full (the
  * caller then counts it), else a random slot, or -1 to skip the row.
+ * (Rows of an index are sampled by hash instead, above.)
  */
 int64
 GpuivfReservoirSlot(pg_prng_state *prng, int64 held, int64 cap, int64 seen)

@@ -14,9 +14,10 @@ use Test::More;
 use GpuivfTest;
 
 my $node = gpuivf_node('build_sort');
-# 4 dimensions: the 25,600-row sample (400 KB) fits a 1 MB budget's half,
-# the 30,000 entries (about 21 bytes each with the sort's order) do not.
-my $data = generate_data(rows => 30000, dims => 4, queries => 20, seed => 21);
+# 4 dimensions: the 25,600-row sample (48 bytes a row with the sample's
+# bookkeeping: 1.3 MB) fits a 3 MB budget's half, the 80,000 entries (about
+# 21 bytes each with the sort's order: 1.7 MB) do not.
+my $data = generate_data(rows => 80000, dims => 4, queries => 20, seed => 21);
 load_vectors($node, 'items', $data->{base_copy});
 my $queries = read_fvecs($data->{query_fvecs});
 
@@ -49,10 +50,10 @@ sub build_and_answer
 }
 
 my ($how_mem, $sizes_mem, $ans_mem) = build_and_answer('items_mem', '64MB');
-my ($how_sort, $sizes_sort, $ans_sort) = build_and_answer('items_sort', '1MB');
+my ($how_sort, $sizes_sort, $ans_sort) = build_and_answer('items_sort', '3MB');
 
 is($how_mem, 'in memory', 'with 64 MB the entries are sorted in memory');
-is($how_sort, 'by a tuplesort', 'with 1 MB they go through a tuplesort');
+is($how_sort, 'by a tuplesort', 'with 3 MB they go through a tuplesort');
 is($sizes_sort, $sizes_mem, 'both builds have the same list sizes');
 is_deeply($ans_sort, $ans_mem, 'and give the same answers (ids and ADC distances) to 20 queries');
 

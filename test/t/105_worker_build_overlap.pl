@@ -49,10 +49,10 @@ sub build
 	return ($ret, $err) if $ret != 0;
 	my ($line) = $err =~ /(gpuivf build of .*)/;
 	my $requests = worker_stat($node, 'builds') - $builds0;
-	# the worker loaded the fresh index while the build logged its pages,
+	# the worker loaded the fresh index before the build's calibration,
 	# and the calibration's searches found that copy: one load in all
-	like($err, qr/loaded index "$name" while its pages were logged/,
-		"$name: the worker loaded it while the build logged its pages");
+	like($err, qr/loaded index "$name" before its calibration/,
+		"$name: the worker loaded it before the build's calibration");
 	like($err, qr/calibrated on \d+ queries/, "$name: calibrated by the build");
 	is(worker_stat($node, 'loads') - $loads0, 1, "$name: loaded once by the worker, during the build");
 	my $sizes = list_sizes($node, $name, 8);

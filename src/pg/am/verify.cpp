@@ -287,8 +287,7 @@ CheckBatch(VerifyState *vs)
 
     if (vs->bn == 0)
         return;
-    cancel.should_cancel = GpuivfShouldCancel;
-    cancel.arg = NULL;
+    cancel = GpuivfCancelHook();
     for (int i = 0; i < vs->bn; i++)
         gpuivf::prepare_vector(vs->model.metric, vs->bvec + (Size) i * d, vs->prep + (Size) i * d, d);
     status = gpuivf::assign_nearest(vs->centroids, vs->norms, vs->model.nlist, d, vs->prep,

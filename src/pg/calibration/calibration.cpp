@@ -83,6 +83,7 @@ QuerySample(CalibSample *s, const float4 *a, int na, const float4 *b, int nb, in
         s->self_ids[q] = s->self_heap_ids[q] = PG_UINT64_MAX;
     s->nq = nq;
     s->seen = nq;
+    s->finished = true;         /* in the order given, not by hash */
 }
 
 /*
@@ -187,8 +188,8 @@ CalibrateIn(Relation index, Relation heap, const GpuivfMetaPageData *meta,
         how = ticket != 0 ? " (recorded and stored queries)" : " (stored queries)";
     else if (drawn != NULL && drawn->dims == dims && (uint64) drawn->seen == meta->vectors)
     {
-        /* a sample drawn over all the index's rows (the same rows a walk
-         * would draw: no random draw happens before the reservoir is full) */
+        /* a sample drawn over all the index's rows (the rows a walk would
+         * draw: the sample is chosen by hash, whatever the order of the rows) */
         sample = *drawn;
         how = " (drawn by the build's encoding scan)";
     }
@@ -197,6 +198,7 @@ CalibrateIn(Relation index, Relation heap, const GpuivfMetaPageData *meta,
         CalibSampleInit(&sample, (int) Min((uint64) gpuivf_analyze_sample, meta->vectors), dims);
         WalkIndexedRows(index, heap, meta, SampleSink, &sample);
     }
+    CalibSampleFinish(&sample);
     if (sample.nq < 2)
         return false;
 

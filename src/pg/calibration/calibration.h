@@ -27,14 +27,21 @@
 extern int  gpuivf_query_sample;        /* gpuivf.query_sample, vectors per index; 0 = off */
 extern int  gpuivf_query_sample_memory; /* gpuivf.query_sample_memory, kB (postmaster) */
 
-/* The calibration's row sample: a reservoir sample of the index's rows (raw
- * vector, entry id, heap TID).  Calibration draws it by walking the rows;
- * CREATE INDEX draws it while its encoding scan hands the rows over (in the
- * order the walk would see them), which saves calibration that walk. */
+/* The calibration's row sample: the index's rows (raw vector,
+ * entry id, heap TID) chosen by a hash of the heap TID, whatever the order
+ * the rows come in.  Calibration draws it by walking the rows; CREATE INDEX
+ * draws it while its encoding scans hand the rows over, which saves
+ * calibration that walk. */
 typedef struct CalibSample GpuivfCalibSample;
 GpuivfCalibSample *GpuivfCalibSampleBegin(int dims);   /* NULL when calibration is off */
 void        GpuivfCalibSampleAdd(GpuivfCalibSample *sample, const float4 *x, uint64 id,
                                  uint64 heap_id);
+/* A parallel build's participants each draw a sample of the rows they
+ * scanned and flatten it into GpuivfCalibSampleBytes() bytes of shared
+ * memory; the leader merges them into its own: the sample of all the rows. */
+Size        GpuivfCalibSampleBytes(int dims);
+void        GpuivfCalibSampleFlatten(GpuivfCalibSample *sample, void *dst);
+void        GpuivfCalibSampleMerge(GpuivfCalibSample *sample, const void *src);
 
 /* ----------------------------------------------------- calibration.cpp */
 

@@ -1,7 +1,7 @@
 /*
  * calibration/sample.cpp — what a calibration measures against: the rows of
  * an index (its vector pages, or the heap when it stores no vectors), the
- * reservoir sample of them that becomes the queries, and the queries' exact
+ * sample of them (by hash, order-independent) that becomes the queries, and the queries' exact
  * top-k among all rows (ground truth, on the GPU worker when one is up).
  * calibration/curve.cpp explains the whole procedure.
  */
@@ -136,27 +136,34 @@ WalkIndexedRows(Relation index, Relation heap, const GpuivfMetaPageData *meta,
 
 /* ---------------------------------------------------------------- sample */
 
-/* An empty sample of up to cap rows of dims (the current memory context). */
+/* An empty sample of up to cap rows of dims (the current memory context):
+ * twice cap slots, so that the bookkeeping compacts rarely. */
 void
 CalibSampleInit(CalibSample *s, int cap, int dims)
 {
+    int64       slots = 2 * (int64) Max(cap, 1);
+
     memset(s, 0, sizeof(*s));
-    s->cap = cap;
+    s->cap = Max(cap, 1);
     s->dims = dims;
-    s->queries = (float4 *) palloc_extended(sizeof(float4) * (Size) cap * dims, MCXT_ALLOC_HUGE);
-    s->self_ids = (uint64 *) palloc(sizeof(uint64) * cap);
-    s->self_heap_ids = (uint64 *) palloc(sizeof(uint64) * cap);
-    pg_prng_seed(&s->prng, GPUIVF_CALIB_SEED);
+    s->queries = (float4 *) palloc_extended(sizeof(float4) * (Size) slots * dims, MCXT_ALLOC_HUGE);
+    s->self_ids = (uint64 *) palloc(sizeof(uint64) * slots);
+    s->self_heap_ids = (uint64 *) palloc(sizeof(uint64) * slots);
+    s->keys = GpuivfBottomKInit(palloc(GpuivfBottomKSize(slots)), s->cap, slots);
 }
 
+/* One row offered: it is in the sample when its heap TID's hash is among the
+ * cap smallest (utils.cpp), so the sample does not depend on the order of
+ * the rows: a build's encoding scans, serial or parallel, draw the rows a
+ * walk of the finished index draws. */
 void
 SampleSink(void *arg, const float4 *x, uint64 id, uint64 heap_id)
 {
     CalibSample *s = (CalibSample *) arg;
-    int64       slot = GpuivfReservoirSlot(&s->prng, s->nq, s->cap, s->seen);
+    int64       slot;
 
-    if (slot == s->nq)
-        s->nq++;
+    Assert(!s->finished);
+    slot = GpuivfBottomKOffer(s->keys, GpuivfSampleHash(GPUIVF_CALIB_SEED, heap_id), heap_id);
     if (slot >= 0)
     {
         memcpy(s->queries + (Size) slot * s->dims, x, sizeof(float4) * s->dims);
@@ -164,6 +171,43 @@ SampleSink(void *arg, const float4 *x, uint64 id, uint64 heap_id)
         s->self_heap_ids[slot] = heap_id;
     }
     s->seen++;
+}
+
+/* The sample's rows in key order at queries[0 .. nq) (the order, too,
+ * depends on the rows alone); no row is offered after this. */
+void
+CalibSampleFinish(CalibSample *s)
+{
+    const GpuivfSampleKey *keys;
+    int64       n;
+    float4     *queries;
+    uint64     *ids;
+    uint64     *heap_ids;
+
+    if (s->finished)
+        return;
+    n = GpuivfBottomKFinish(s->keys, &keys);
+    queries = (float4 *) palloc_extended(sizeof(float4) * (Size) Max(n, 1) * s->dims,
+                                         MCXT_ALLOC_HUGE);
+    ids = (uint64 *) palloc(sizeof(uint64) * Max(n, 1));
+    heap_ids = (uint64 *) palloc(sizeof(uint64) * Max(n, 1));
+    for (int64 i = 0; i < n; i++)
+    {
+        int64       slot = keys[i].slot;
+
+        memcpy(queries + (Size) i * s->dims, s->queries + (Size) slot * s->dims,
+               sizeof(float4) * s->dims);
+        ids[i] = s->self_ids[slot];
+        heap_ids[i] = s->self_heap_ids[slot];
+    }
+    pfree(s->queries);
+    pfree(s->self_ids);
+    pfree(s->self_heap_ids);
+    s->queries = queries;
+    s->self_ids = ids;
+    s->self_heap_ids = heap_ids;
+    s->nq = (int) n;
+    s->finished = true;
 }
 
 /* A sample drawn by the caller (calibration.h): gpuivf.analyze_sample rows at
@@ -180,12 +224,68 @@ GpuivfCalibSampleBegin(int dims)
     return s;
 }
 
-/* One row of the index, in the order a walk of its rows would give it. */
+/* One row of the index (any order: see SampleSink). */
 void
 GpuivfCalibSampleAdd(GpuivfCalibSample *sample, const float4 *x, uint64 id, uint64 heap_id)
 {
     if (sample != NULL)
         SampleSink(sample, x, id, heap_id);
+}
+
+/*
+ * A sample drawn by another process (a parallel build's participants):
+ * flattened into bytes (header, then per row: id, heap TID, dims floats),
+ * then merged into the leader's, which is then the sample of all their rows.
+ */
+typedef struct CalibSampleBytes
+{
+    int64       nq;
+    int64       seen;
+} CalibSampleBytes;
+
+Size
+GpuivfCalibSampleBytes(int dims)
+{
+    return MAXALIGN(sizeof(CalibSampleBytes)) +
+        (Size) Max(gpuivf_analyze_sample, 1) * (2 * sizeof(uint64) + sizeof(float4) * dims);
+}
+
+void
+GpuivfCalibSampleFlatten(GpuivfCalibSample *sample, void *dst)
+{
+    CalibSampleBytes *h = (CalibSampleBytes *) dst;
+    char       *p = (char *) dst + MAXALIGN(sizeof(CalibSampleBytes));
+
+    CalibSampleFinish(sample);
+    h->nq = sample->nq;
+    h->seen = sample->seen;
+    for (int i = 0; i < sample->nq; i++)
+    {
+        memcpy(p, &sample->self_ids[i], sizeof(uint64));
+        memcpy(p + sizeof(uint64), &sample->self_heap_ids[i], sizeof(uint64));
+        memcpy(p + 2 * sizeof(uint64), sample->queries + (Size) i * sample->dims,
+               sizeof(float4) * sample->dims);
+        p += 2 * sizeof(uint64) + sizeof(float4) * sample->dims;
+    }
+}
+
+void
+GpuivfCalibSampleMerge(GpuivfCalibSample *sample, const void *src)
+{
+    const CalibSampleBytes *h = (const CalibSampleBytes *) src;
+    const char *p = (const char *) src + MAXALIGN(sizeof(CalibSampleBytes));
+
+    for (int64 i = 0; i < h->nq; i++)
+    {
+        uint64      id;
+        uint64      heap_id;
+
+        memcpy(&id, p, sizeof(uint64));
+        memcpy(&heap_id, p + sizeof(uint64), sizeof(uint64));
+        SampleSink(sample, (const float4 *) (p + 2 * sizeof(uint64)), id, heap_id);
+        p += 2 * sizeof(uint64) + sizeof(float4) * sample->dims;
+    }
+    sample->seen += h->seen - h->nq;    /* SampleSink counted nq of them */
 }
 
 /* ---------------------------------------------------------- ground truth */
@@ -215,7 +315,7 @@ typedef struct TruthState
 static void
 TruthFlush(TruthState *ts)
 {
-    gpuivf::CancelHook cancel = {GpuivfShouldCancel, NULL};
+    gpuivf::CancelHook cancel = GpuivfCancelHook();
     int         kk = ts->k + 1;
 
     if (ts->batch_n == 0)

@@ -18,24 +18,29 @@ typedef void (*RowSinkFn) (void *arg, const float4 *x, uint64 id, uint64 heap_id
 void        WalkIndexedRows(Relation index, Relation heap, const GpuivfMetaPageData *meta,
                             RowSinkFn sink, void *arg);
 
-/* The queries: a reservoir sample (Algorithm R, fixed seed) of the rows. */
+/* The queries: the cap rows with the smallest hash of their heap TID
+ * (utils.cpp's sampling by hash).  While rows are offered they sit in slots;
+ * CalibSampleFinish puts the sample in key order at queries[0 .. nq). */
 struct CalibSample
 {
     int         cap;
-    int         nq;
+    int         nq;             /* rows in the sample (after finishing) */
     int         dims;
-    int64       seen;
-    float4     *queries;        /* cap * dims, raw */
+    bool        finished;
+    int64       seen;           /* rows offered */
+    float4     *queries;        /* slots * dims, raw */
     uint64     *self_ids;       /* entry id of each query's own row */
     uint64     *self_heap_ids;  /* and its heap TID */
-    pg_prng_state prng;
+    GpuivfBottomK *keys;
 };
 typedef struct CalibSample CalibSample;
 
 /* An empty sample of up to cap rows of dims (the current memory context). */
 void        CalibSampleInit(CalibSample *s, int cap, int dims);
-/* A RowSinkFn: one row offered to the sample's reservoir. */
+/* A RowSinkFn: one row offered to the sample. */
 void        SampleSink(void *arg, const float4 *x, uint64 id, uint64 heap_id);
+/* The sample in key order at queries[0 .. nq); nothing is offered after. */
+void        CalibSampleFinish(CalibSample *s);
 
 /* curve.cpp: measure the curves of ks[0..nk) (ascending) into calib
  * (calib_k, calib_npoints, calib_nprobe, calib_recall, calib_rerank) on the

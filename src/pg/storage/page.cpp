@@ -3,9 +3,9 @@
  *
  * Two kinds of writers:
  *  - the build (ambuild, ambuildempty) appends pages to a fork that nobody
- *    else can see yet and writes them without WAL; GpuivfBuildLogPages then
- *    logs the whole fork with log_newpage_range (when the relation needs WAL,
- *    and always for an init fork);
+ *    else can see yet and writes them without WAL, logging each page with
+ *    log_newpage_range once it is final (when the relation needs WAL, and
+ *    always for an init fork);
  *  - insert and VACUUM change live pages through GenericXLog, one record per
  *    logical step, never more than 4 buffers per record (MAX_GENERIC_XLOG_PAGES).
  *
@@ -46,6 +46,19 @@ GpuivfInitPage(Page page, uint16 page_type)
 }
 
 /*
+ * Whether extending the relation needs the extension lock: when others may
+ * extend it too.  A relation created in this transaction is invisible to
+ * other backends, but not to the parallel workers of a parallel build,
+ * whose relcache does not know it is new: they extend the index with the
+ * leader (their extension locks conflict with the leader's).
+ */
+static bool
+ExtensionNeedsLock(Relation index)
+{
+    return !RELATION_IS_LOCAL(index) || IsInParallelMode();
+}
+
+/*
  * Extend a fork by one page; returns it exclusively locked and all-zero.
  * The caller initializes it (in a WAL record, or during the build).
  * RBM_ZERO_AND_LOCK locks it before anyone else can see it, so no reader
@@ -54,7 +67,7 @@ GpuivfInitPage(Page page, uint16 page_type)
 Buffer
 GpuivfNewBuffer(Relation index, ForkNumber forknum)
 {
-    bool        need_lock = !RELATION_IS_LOCAL(index);
+    bool        need_lock = ExtensionNeedsLock(index);
     Buffer      buf;
 
     if (need_lock)
@@ -248,7 +261,7 @@ BuildReleasePage(Buffer buf)
 /* Append raw pages holding data; start and npages say where they went. */
 void
 GpuivfWriteRawPages(Relation index, ForkNumber forknum, uint16 page_type,
-                    const void *data, Size bytes, BlockNumber *start, uint32 *npages)
+                    const void *data, Size bytes, bool wal, BlockNumber *start, uint32 *npages)
 {
     const char *in = (const char *) data;
     Size        left = bytes;
@@ -278,17 +291,21 @@ GpuivfWriteRawPages(Relation index, ForkNumber forknum, uint16 page_type,
         (*npages)++;
         expected = blkno + 1;
     }
+    if (wal && *npages > 0)
+        log_newpage_range(index, forknum, *start, *start + *npages, true);
 }
 
 /* Start a writer that appends items to fresh pages of page_type. */
 void
 GpuivfWriterInit(GpuivfPageWriter *w, Relation index, ForkNumber forknum,
-                 uint16 page_type, bool chained)
+                 uint16 page_type, bool chained, bool wal)
 {
     w->index = index;
     w->forknum = forknum;
     w->page_type = page_type;
     w->chained = chained;
+    w->wal = wal;
+    w->log_first = w->log_end = InvalidBlockNumber;
     w->buf = InvalidBuffer;
     w->blkno = InvalidBlockNumber;
     w->chain_head = InvalidBlockNumber;
@@ -296,11 +313,36 @@ GpuivfWriterInit(GpuivfPageWriter *w, Relation index, ForkNumber forknum,
     w->reserve_next = w->reserve_end = 0;
 }
 
+/* Log the finished pages not logged yet. */
+static void
+WriterLogRun(GpuivfPageWriter *w)
+{
+    if (w->log_first != InvalidBlockNumber && w->log_end > w->log_first)
+        log_newpage_range(w->index, w->forknum, w->log_first, w->log_end, true);
+    w->log_first = w->log_end = InvalidBlockNumber;
+}
+
+/* The writer left page blkno (released) for good: it is final. */
+static void
+WriterRetirePage(GpuivfPageWriter *w, BlockNumber blkno)
+{
+    if (!w->wal || blkno == InvalidBlockNumber)
+        return;
+    if (w->log_first != InvalidBlockNumber && blkno != w->log_end)
+        WriterLogRun(w);        /* not next to the run: log the run alone */
+    if (w->log_first == InvalidBlockNumber)
+        w->log_first = blkno;
+    w->log_end = blkno + 1;
+    if (w->log_end - w->log_first >= GPUIVF_WRITER_LOG_RUN)
+        WriterLogRun(w);
+}
+
 /* Close the current page; the next item starts a new chain (a new list). */
 void
 GpuivfWriterNewChain(GpuivfPageWriter *w)
 {
     GpuivfWriterPause(w);
+    WriterRetirePage(w, w->blkno);
     w->blkno = InvalidBlockNumber;
     w->chain_head = InvalidBlockNumber;
 }
@@ -323,14 +365,15 @@ GpuivfWriterPause(GpuivfPageWriter *w)
  * eighth of its pages so far, 1 to 1024), so at most an eighth of its pages
  * is left over.  Those stay all-zero, like the page of an extension cut
  * short by a crash: GpuivfWriterFinish (and later VACUUM) records them in
- * the FSM, inserts take them, log_newpage_range skips them.
+ * the FSM, inserts take them, log_newpage_range skips them.  Writers of
+ * several processes take chunks under the relation extension lock.
  */
 static Buffer
 WriterNewBuffer(GpuivfPageWriter *w)
 {
     if (w->reserve_next >= w->reserve_end)
     {
-        bool        need_lock = !RELATION_IS_LOCAL(w->index);
+        bool        need_lock = ExtensionNeedsLock(w->index);
         BlockNumber chunk = Min(Max((BlockNumber) GPUIVF_WRITER_CHUNK_MIN, w->pages / 8),
                                 (BlockNumber) GPUIVF_WRITER_CHUNK_MAX);
         BlockNumber first;
@@ -358,11 +401,35 @@ WriterNewBuffer(GpuivfPageWriter *w)
 void
 GpuivfWriterFinish(GpuivfPageWriter *w)
 {
+    BlockNumber last = w->blkno;
+    Size        last_free = 0;
+
+    if (last != InvalidBlockNumber)
+    {
+        if (!BufferIsValid(w->buf))
+        {
+            w->buf = ReadBufferExtended(w->index, w->forknum, last, RBM_NORMAL, NULL);
+            LockBuffer(w->buf, BUFFER_LOCK_SHARE);
+            last_free = GpuivfPageFreeSpace(BufferGetPage(w->buf));
+            UnlockReleaseBuffer(w->buf);
+            w->buf = InvalidBuffer;
+        }
+        else
+            last_free = GpuivfPageFreeSpace(BufferGetPage(w->buf));
+    }
     GpuivfWriterPause(w);
+    WriterRetirePage(w, last);
+    WriterLogRun(w);
     if (w->forknum == MAIN_FORKNUM)
+    {
+        /* a parallel build leaves a partly filled page per participant */
+        if (last != InvalidBlockNumber && !w->chained && last_free > 0)
+            RecordPageWithFreeSpace(w->index, last, last_free);
         for (BlockNumber b = w->reserve_next; b < w->reserve_end; b++)
             RecordPageWithFreeSpace(w->index, b, GPUIVF_PAGE_CAPACITY);
+    }
     w->reserve_next = w->reserve_end;
+    w->blkno = InvalidBlockNumber;
 }
 
 /* Append a fresh page, linking it from the current one when chained. */
@@ -378,6 +445,7 @@ WriterNextPage(GpuivfPageWriter *w)
         if (w->chained)
             GpuivfPageGetOpaque(BufferGetPage(w->buf))->nextblkno = nblk;
         BuildReleasePage(w->buf);
+        WriterRetirePage(w, w->blkno);
     }
     if (w->chain_head == InvalidBlockNumber)
         w->chain_head = nblk;
@@ -406,9 +474,10 @@ GpuivfWriterAdd(GpuivfPageWriter *w, const void *item, Size size, ItemPointer ti
 }
 
 /* Write the metapage (block 0) of a fork being built; the build calls it
- * first with a placeholder so the metapage takes block 0, then at the end. */
+ * first with a placeholder so the metapage takes block 0 (wal false), then
+ * at the end (logged when wal). */
 void
-GpuivfBuildPutMeta(Relation index, ForkNumber forknum, const GpuivfMetaPageData *meta)
+GpuivfBuildPutMeta(Relation index, ForkNumber forknum, const GpuivfMetaPageData *meta, bool wal)
 {
     Buffer      buf;
     Page        page;
@@ -427,16 +496,8 @@ GpuivfBuildPutMeta(Relation index, ForkNumber forknum, const GpuivfMetaPageData 
     memcpy(GpuivfPageGetMeta(page), meta, sizeof(GpuivfMetaPageData));
     ((PageHeader) page)->pd_lower = MAXALIGN(SizeOfPageHeaderData) + sizeof(GpuivfMetaPageData);
     BuildReleasePage(buf);
-}
-
-/* WAL-log every page the build wrote: full-page images of the whole fork
- * when the relation needs WAL, and always for an unlogged index's init fork. */
-void
-GpuivfBuildLogPages(Relation index, ForkNumber forknum)
-{
-    if (forknum == INIT_FORKNUM || RelationNeedsWAL(index))
-        log_newpage_range(index, forknum, 0, RelationGetNumberOfBlocksInFork(index, forknum),
-                          true);
+    if (wal)
+        log_newpage_range(index, forknum, GPUIVF_METAPAGE_BLKNO, GPUIVF_METAPAGE_BLKNO + 1, true);
 }
 
 /* -------------------------------------------------- WAL-logged changes */

@@ -48,7 +48,8 @@ Buffer      GpuivfNewBuffer(Relation index, ForkNumber forknum);
 void        GpuivfInitPage(Page page, uint16 page_type);
 void        GpuivfInitRegisterPage(GenericXLogState *state, Buffer buf, uint16 page_type, Page *page);
 void        GpuivfWriteRawPages(Relation index, ForkNumber forknum, uint16 page_type,
-                                const void *data, Size bytes, BlockNumber *start, uint32 *npages);
+                                const void *data, Size bytes, bool wal, BlockNumber *start,
+                                uint32 *npages);
 /* reads block blkno of the index arg names (pinned, unlocked) */
 typedef Buffer (*GpuivfReadPageFn) (const void *arg, BlockNumber blkno);
 BlockNumber GpuivfCopyRawPages(GpuivfReadPageFn read_page, const void *arg, BlockNumber start,
@@ -58,33 +59,45 @@ void        GpuivfReadRawPages(Relation index, BlockNumber start, uint32 npages,
 GpuivfListDirEntry GpuivfReadDirEntry(Relation index, const GpuivfMetaPageData *meta, int list);
 void        GpuivfBumpMeta(GenericXLogState *state, Buffer metabuf, int64 vectors_delta);
 
-/* page.cpp: build-time page writer (no WAL; the build logs every page
- * with log_newpage_range at the end).  Appends pages to a fork in order,
- * growing the fork by chunks of GPUIVF_WRITER_CHUNK_MIN..MAX pages. */
+/* page.cpp: build-time page writing.  Pages of an index being built are
+ * written without WAL through shared buffers; when the index needs WAL
+ * (`wal`: RelationNeedsWAL, decided by the build's leader, or an init fork)
+ * each page is logged as a full-page image (log_newpage_range) once it is
+ * final: a writer logs the pages it has left behind in runs of up to
+ * GPUIVF_WRITER_LOG_RUN pages, so that a parallel build's participants
+ * write their WAL while they scan.  A writer appends pages to a fork in
+ * order, growing the fork by chunks of GPUIVF_WRITER_CHUNK_MIN..MAX pages;
+ * several writers (processes) may append to one fork at once. */
 #define GPUIVF_WRITER_CHUNK_MIN     1
 #define GPUIVF_WRITER_CHUNK_MAX     1024
+#define GPUIVF_WRITER_LOG_RUN       128
 typedef struct GpuivfPageWriter
 {
     Relation    index;
     ForkNumber  forknum;
     uint16      page_type;
     bool        chained;        /* link each new page from the previous one */
+    bool        wal;            /* log finished pages */
     Buffer      buf;            /* current page, locked, or InvalidBuffer */
     BlockNumber blkno;          /* current page, kept across pauses */
     BlockNumber chain_head;     /* first page since the last NewChain */
     uint32      pages;          /* pages appended by this writer */
     BlockNumber reserve_next;   /* pages [reserve_next, reserve_end) were */
     BlockNumber reserve_end;    /* added to the fork for this writer, unused */
+    BlockNumber log_first;      /* finished pages [log_first, log_end) are */
+    BlockNumber log_end;        /* not logged yet */
 } GpuivfPageWriter;
 
 void        GpuivfWriterInit(GpuivfPageWriter *w, Relation index, ForkNumber forknum,
-                             uint16 page_type, bool chained);
+                             uint16 page_type, bool chained, bool wal);
 void        GpuivfWriterNewChain(GpuivfPageWriter *w);
 void        GpuivfWriterAdd(GpuivfPageWriter *w, const void *item, Size size, ItemPointer tid);
 void        GpuivfWriterPause(GpuivfPageWriter *w);   /* unlock before long engine work */
-void        GpuivfWriterFinish(GpuivfPageWriter *w);  /* unused pages to the FSM */
-void        GpuivfBuildPutMeta(Relation index, ForkNumber forknum, const GpuivfMetaPageData *meta);
-void        GpuivfBuildLogPages(Relation index, ForkNumber forknum);
+/* the writer is done: its pages logged (wal), its last page's free space and
+ * its unused pages recorded in the FSM */
+void        GpuivfWriterFinish(GpuivfPageWriter *w);
+void        GpuivfBuildPutMeta(Relation index, ForkNumber forknum, const GpuivfMetaPageData *meta,
+                               bool wal);
 
 /* page.cpp: one insert, one GenericXLog record (at most 4 buffers). */
 typedef struct GpuivfInsertPlan

@@ -57,9 +57,9 @@ bool        GpuivfWorkerEncodeSubmit(GpuivfEncodeJob *job, Relation index, int a
 bool        GpuivfWorkerEncodeWait(GpuivfEncodeJob *job, Relation index, const int32 **lists,
                                    const uint8 **codes);
 void        GpuivfWorkerEncodeEnd(GpuivfEncodeJob *job);
-/* A GPU worker loads the index's copy while the build logs its pages (the
- * calibration that follows then finds it ready); Start returns whether it
- * asked, Wait waits for that answer.  Neither raises for a failed load. */
+/* A GPU worker loads a fresh index's copy before the build's calibration
+ * searches it; Start returns whether it asked, Wait waits for that answer.
+ * Neither raises for a failed load. */
 bool        GpuivfWorkerLoadStart(Relation index, const GpuivfMetaPageData *meta);
 void        GpuivfWorkerLoadWait(Relation index);
 

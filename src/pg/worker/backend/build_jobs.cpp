@@ -1,8 +1,8 @@
 /*
  * worker/backend/build_jobs.cpp — CREATE INDEX's work on the GPU worker:
  * training (k-means + PQ) of the sample, encoding of the rows in batches
- * through one DSM segment, and the load of the new index's GPU copy while
- * the build logs its pages.
+ * through one DSM segment (one per build process), and the load of the new
+ * index's GPU copy before the build's calibration searches it.
  */
 #include "gpuivf.h"
 #include "worker/worker.h"
@@ -311,7 +311,7 @@ GpuivfWorkerLoadWait(Relation index)
                         RelationGetRelationName(index), slot->message)));
     else
         ereport(DEBUG1,
-                (errmsg("gpuivf GPU worker %d loaded index \"%s\" while its pages were logged",
+                (errmsg("gpuivf GPU worker %d loaded index \"%s\" before its calibration",
                         slot->taken_by, RelationGetRelationName(index))));
     GpuivfReleaseSlot(slot);
 }

@@ -510,9 +510,9 @@ GpuivfCopyIsCurrent(const GpuivfRequestSlot *req, uint64 generation)
 
 /*
  * LOAD: load the request's index, or bring its copy up to the request's
- * generation, and answer nothing (a build asks before it logs its pages, so
- * that the load overlaps that and its calibration's searches find the copy
- * ready: GpuivfWorkerPrefetchBegin).
+ * generation, and answer nothing (a build asks once its pages are written,
+ * so that its calibration's searches find the copy ready:
+ * GpuivfWorkerLoadStart).
  */
 void
 GpuivfServeLoad(int worker, int slotno)
