@@ -16,13 +16,17 @@
  * k best ADC scores, compared with the truth directly.  One pass over the
  * probe order gives every point (nprobe 1, 2, ..., 16, then about 64 points
  * in all, geometric up to lists), in stages that double nprobe; the sweep
- * stops when a doubling closes less than a tenth of the gap to recall 1 for
- * every k (a plateau), when every curve is at 1, or at lists (with re-rank
- * nprobe = lists is the exact scan: 1).  When the GPU worker is up (and
- * lists <= 1024, the engine's nprobe limit), each point is measured by
- * GpuivfSearchBatch of all queries instead (SearchStage, one batch per
- * distinct candidate count): the same curves, computed by the engine that
- * answers the queries.
+ * stops at the end of the first stage where every curve is done: at
+ * recall 1, meeting the recall targets the curves must serve (max(0.995,
+ * the index's recall target), as a scan judges a point: CurveDone), or on a
+ * plateau (a doubling closed less than a tenth of the gap to recall 1); or
+ * at lists (with re-rank nprobe = lists is the exact scan: 1).  So its cost
+ * follows the nprobe the targets need, not the number of lists.  When the
+ * GPU worker is up, each point is measured by GpuivfSearchBatch of all
+ * queries instead (SearchStage, one batch per distinct candidate count):
+ * the same curves, computed by the engine that answers the queries, up to
+ * the engine's nprobe limit (1024; beyond it a search runs on the CPU
+ * anyway), then the exact point.
  *
  * Cost on the CPU, for n rows, q queries, L lists, PQ with m sub-quantizers
  * of 2^b centroids of d / m dimensions: at most one ADC pass over the whole
@@ -46,19 +50,26 @@
 
 /* ----------------------------------------------------------------- sweep */
 
-/* The nprobe values measured: every one up to 16, then geometric so that
- * at most GPUIVF_CURVE_POINTS points reach lists; ascending, last = lists. */
+/*
+ * The nprobe values that may be measured: every one up to 16, then geometric
+ * so that at most GPUIVF_CURVE_POINTS points reach `reach` (lists, or the
+ * GPU engine's nprobe limit when the GPU measures the curve), ascending;
+ * then lists itself when it is beyond (with re-rank the exact scan, recall
+ * 1 by construction, never measured).  The sweep stops early (MeasureCurve).
+ */
 static int
-SweepPoints(int lists, uint32 *points)
+SweepPoints(int lists, int reach, bool rerank, uint32 *points)
 {
     int         n = 0;
     double      ratio = 1.0;
     int         p = 1;
+    int         room = GPUIVF_CURVE_POINTS - (reach < lists && rerank ? 1 : 0);
 
-    if (lists > GPUIVF_CALIB_DENSE)
-        ratio = pow((double) lists / GPUIVF_CALIB_DENSE,
-                    1.0 / (GPUIVF_CURVE_POINTS - GPUIVF_CALIB_DENSE - 2));
-    while (p < lists && n < GPUIVF_CURVE_POINTS - 1)
+    reach = Min(reach, lists);
+    if (reach > GPUIVF_CALIB_DENSE)
+        ratio = pow((double) reach / GPUIVF_CALIB_DENSE,
+                    1.0 / (room - GPUIVF_CALIB_DENSE - 2));
+    while (p < reach && n < room - 1)
     {
         points[n++] = (uint32) p;
         if (p < GPUIVF_CALIB_DENSE)
@@ -66,7 +77,9 @@ SweepPoints(int lists, uint32 *points)
         else
             p = Max(p + 1, (int) ceil(p * ratio));
     }
-    points[n++] = (uint32) lists;
+    points[n++] = (uint32) reach;
+    if (reach < lists && rerank)
+        points[n++] = (uint32) lists;
     return n;
 }
 
@@ -421,9 +434,10 @@ CalibrateViaSearch(Relation index, const GpuivfMetaPageData *meta)
 #ifdef GPUIVF_CALIBRATE_VIA_SEARCH
     return true;
 #else
-    /* every point within the GPU engine's nprobe limit: none falls back */
+    /* the points stay within the GPU engine's nprobe limit (SweepPoints):
+     * none falls back */
     return gpuivf_device != GPUIVF_DEVICE_CPU && GpuivfWorkerAvailable() &&
-        GpuivfWorkerCanRead(index) && meta->lists <= GPUIVF_GPU_MAX_NPROBE;
+        GpuivfWorkerCanRead(index);
 #endif
 }
 
@@ -441,6 +455,54 @@ SweepMean(const SweepState *sw, int c, int j)
     return sw->sum[c * sw->npoints + j] / sw->nq;
 }
 
+/* Standard error of the mean recall@ks[c] at point j, over the queries. */
+static double
+SweepStdErr(const SweepState *sw, int c, int j)
+{
+    double      mean = SweepMean(sw, c, j);
+    double      sq = sw->sumsq[c * sw->npoints + j];
+    double      var = sw->nq > 1 ? Max(0.0, (sq - sw->nq * mean * mean) / (sw->nq - 1)) : 0.0;
+
+    return sqrt(var / sw->nq);
+}
+
+/*
+ * The recall targets the curves must serve: the index's recall target as
+ * the calibration runs (its target_recall option, else
+ * gpuivf.target_recall), and at least GPUIVF_CALIB_COVER.  Once a curve's
+ * point meets them (as a scan judges a point: GpuivfCurvePointMeets), the
+ * points beyond serve only higher targets, and cost the most to measure: a
+ * sweep of a 10M-row index (3,162 lists) went on to nprobe 2,215 for 43 s on
+ * the CPU where recall 0.995 needed a few hundred.  A scan whose target is
+ * above the curve uses its best point and says so (GpuivfChooseProbes).
+ */
+#define GPUIVF_CALIB_COVER      0.995
+
+/*
+ * Is curve c done at point last (prev: the previous stage's last point, or
+ * -1): at recall 1, covering the targets, or on a plateau (doubling nprobe
+ * from prev closed less than a tenth of the remaining gap to recall 1: the
+ * candidates, not the lists, limit recall)?
+ */
+static bool
+CurveDone(const SweepState *sw, int c, int prev, int last)
+{
+    double      now = SweepMean(sw, c, last);
+    double      target = Max(GPUIVF_CALIB_COVER, GpuivfTargetRecall(sw->index, NULL));
+
+    if (now >= 1.0)
+        return true;
+    if (GpuivfCurvePointMeets(now, SweepStdErr(sw, c, last), target))
+        return true;
+    if (prev >= 0)
+    {
+        double      before = SweepMean(sw, c, prev);
+
+        return now - before <= GPUIVF_PLATEAU_FRACTION * (1.0 - before);
+    }
+    return false;
+}
+
 /* Is every curve at recall 1 at point j? */
 static bool
 AllPerfect(const SweepState *sw, int j)
@@ -451,20 +513,13 @@ AllPerfect(const SweepState *sw, int j)
     return true;
 }
 
-/* Did doubling nprobe from point prev to point last close less than a
- * tenth of the remaining gap to recall 1, for every curve (a plateau: the
- * candidates, not the lists, limit recall)? */
+/* Is every curve done at point last (CurveDone)? */
 static bool
-AllPlateaued(const SweepState *sw, int prev, int last)
+SweepDone(const SweepState *sw, int prev, int last)
 {
     for (int c = 0; c < sw->nk; c++)
-    {
-        double      now = SweepMean(sw, c, last);
-        double      before = SweepMean(sw, c, prev);
-
-        if (now < 1.0 && now - before > GPUIVF_PLATEAU_FRACTION * (1.0 - before))
+        if (!CurveDone(sw, c, prev, last))
             return false;
-    }
     return true;
 }
 
@@ -475,13 +530,16 @@ MeasureCurves(Relation index, const GpuivfMetaPageData *meta, const CalibSample 
 {
     SweepState  sw;
     uint32      points[GPUIVF_CURVE_POINTS];
-    int         npoints = SweepPoints((int) meta->lists, points);
     int         lists = (int) meta->lists;
+    bool        via_search = CalibrateViaSearch(index, meta);
+    bool        rerank = (meta->flags & GPUIVF_META_RERANK) != 0;
+    /* the GPU measures what it can answer: up to its nprobe limit */
+    int         npoints = SweepPoints(lists, via_search ? GPUIVF_GPU_MAX_NPROBE : lists, rerank,
+                                      points);
     int         measured = 0;   /* points[0 .. measured) are done */
     int         stage_end_prev = -1;
     float      *cand_vals;
     uint64     *cand_ids;
-    bool        via_search = CalibrateViaSearch(index, meta);
     int         R = Max(gpuivf_rerank_candidates, 1);
 
     Assert(nk >= 1 && nk <= GPUIVF_CURVE_KS);
@@ -489,7 +547,7 @@ MeasureCurves(Relation index, const GpuivfMetaPageData *meta, const CalibSample 
     sw.index = index;
     sw.meta = *meta;
     sw.nblocks = RelationGetNumberOfBlocks(index);
-    sw.rerank = (meta->flags & GPUIVF_META_RERANK) != 0;
+    sw.rerank = rerank;
     sw.nq = sample->nq;
     sw.nk = nk;
     sw.npoints = npoints;
@@ -559,9 +617,9 @@ MeasureCurves(Relation index, const GpuivfMetaPageData *meta, const CalibSample 
             return false;
         measured = last + 1;
 
-        /* stop when every curve is at recall 1, or on a plateau */
-        if (AllPerfect(&sw, last) ||
-            (stage_end_prev >= 0 && AllPlateaued(&sw, stage_end_prev, last)))
+        /* stop when every curve is at recall 1, covers the targets or is on
+         * a plateau (CurveDone) */
+        if (SweepDone(&sw, stage_end_prev, last))
             break;
         stage_end_prev = last;
     }
@@ -581,12 +639,8 @@ MeasureCurves(Relation index, const GpuivfMetaPageData *meta, const CalibSample 
         calib->calib_nprobe[j] = points[j];
         for (int c = 0; c < nk; c++)
         {
-            double      mean = SweepMean(&sw, c, j);
-            double      sq = sw.sumsq[c * npoints + j];
-            double      var = sw.nq > 1 ? Max(0.0, (sq - sw.nq * mean * mean) / (sw.nq - 1)) : 0.0;
-
-            calib->calib_recall[c][j].recall = (float4) mean;
-            calib->calib_recall[c][j].recall_se = (float4) sqrt(var / sw.nq);
+            calib->calib_recall[c][j].recall = (float4) SweepMean(&sw, c, j);
+            calib->calib_recall[c][j].recall_se = (float4) SweepStdErr(&sw, c, j);
         }
     }
     calib->calib_rerank = sw.rerank ? (uint32) sw.Cmax : 0;

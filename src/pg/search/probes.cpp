@@ -76,6 +76,23 @@ PointRecall(const GpuivfMetaPageData *meta, int lo, int hi, int j, double *recal
                  (double) b->recall - GPUIVF_CURVE_CONFIDENCE_Z * (double) b->recall_se);
 }
 
+/* The lower end of a one-sided 95% interval meets the target; + 1e-6: the
+ * float4 0.95f is below the float8 0.95.  The one rule of scans and of the
+ * calibration's sweep. */
+static bool
+BoundMeets(double bound, double target)
+{
+    return bound + 1e-6 >= target;
+}
+
+/* Does a curve point of mean recall and standard error se meet target
+ * (search.h)? */
+bool
+GpuivfCurvePointMeets(double recall, double se, double target)
+{
+    return BoundMeets(recall - GPUIVF_CURVE_CONFIDENCE_Z * se, target);
+}
+
 /* The curve's choice for target at k rows (search.h). */
 int
 GpuivfCurveProbes(const GpuivfMetaPageData *meta, int k, double target, bool *reached)
@@ -98,8 +115,7 @@ GpuivfCurveProbes(const GpuivfMetaPageData *meta, int k, double target, bool *re
         double      bound;
 
         PointRecall(meta, lo, hi, j, &recall, &bound);
-        /* + 1e-6: the float4 0.95f is below the float8 0.95 */
-        if (bound + 1e-6 >= target)
+        if (BoundMeets(bound, target))
         {
             *reached = true;
             return (int) Min(Max(meta->calib_nprobe[j], (uint32) 1), meta->lists);

@@ -57,6 +57,9 @@ int         GpuivfCurveProbes(const GpuivfMetaPageData *meta, int k, double targ
 /* The name of a GPUIVF_PROBES_* source in EXPLAIN, or (json) in
  * gpuivf_index_info */
 const char *GpuivfProbeSourceName(int source, bool json);
+/* Does a curve point (mean recall, standard error) meet target, with 95%
+ * confidence?  The one rule of scans and of the calibration's sweep. */
+bool        GpuivfCurvePointMeets(double recall, double se, double target);
 
 /* -------------------------------------------- dispatch.cpp, round_one.cpp */
 /* dispatch.cpp: hits[i] is palloc'd, sorted best first, nhits[i] <= k.
