@@ -12,7 +12,8 @@
 #    statement_timeout while both shards search leaves no request behind
 #    (the next sharded searches answer correctly);
 #  - gpuivf.shards = 0 shards on its own when one copy exceeds
-#    gpuivf.gpu_memory_limit and two halves fit;
+#    gpuivf.gpu_memory_limit and two halves fit, and shards the codes alone
+#    (re-ranked on the host) when not even halves with vectors fit;
 #  - a shard worker that is gone, or fails a search with a device error
 #    (and exits): a clear ERROR under gpu, the CPU under auto (counted), and
 #    sharded answers again once it has restarted.
@@ -145,10 +146,22 @@ usleep(1_000_000);    # the workers read the setting when they wake
 my $auto = answers('items', '<->', 'gpu', 0);
 is($auto, answers('items', '<->', 'cpu', 0),
 	'gpuivf.shards = 0, an index larger than one GPU\'s limit: split on its own, answers equal the CPU\'s');
-($rc, $out, $err) = $node->psql('postgres',
-	"SET gpuivf.device = gpu; SET gpuivf.shards = 1; $knn SELECT id FROM items ORDER BY v <-> '$vecs[0]' LIMIT 3");
-like($err, qr/needs about .* more than the .* the GPU worker may use/,
-	'(unsharded it would not fit: gpuivf.shards = 1 is an out-of-memory ERROR)');
+is(answers('items', '<->', 'gpu', 1), answers('items', '<->', 'cpu', 0),
+	'(unsharded it would not fit: gpuivf.shards = 1 keeps the codes alone on one worker and re-ranks on the host, the same answers)');
+is($node->safe_psql('postgres',
+		"SELECT count(*) FROM jsonb_array_elements(gpuivf_index_info('items_l2') -> 'gpu_cache') e "
+		  . "WHERE e->>'shards' = '1' AND e->>'rerank' = 'host'"),
+	'1', '(gpu_cache: a whole copy of the codes alone)');
+# not even halves with vectors fit 150 kB, halves of the codes (about 87 kB) do
+$node->safe_psql('postgres', "ALTER SYSTEM SET gpuivf.gpu_memory_limit = '150kB'; SELECT pg_reload_conf()");
+usleep(1_000_000);
+is(answers('items', '<->', 'gpu', 0), answers('items', '<->', 'cpu', 0),
+	'gpuivf.shards = 0, halves with vectors too large: shards of the codes, re-ranked on the host, answers equal the CPU\'s');
+is($node->safe_psql('postgres',
+		"SELECT string_agg(f, ',' ORDER BY f) FROM (SELECT format('%s/%s %s', e->>'shard', e->>'shards', e->>'rerank') f "
+		  . "FROM jsonb_array_elements(gpuivf_index_info('items_l2') -> 'gpu_cache') e WHERE e->>'rerank' = 'host' "
+		  . "AND e->>'shards' = '2') s"),
+	'0/2 host,1/2 host', '(gpu_cache: two shards of the codes)');
 $node->safe_psql('postgres', "ALTER SYSTEM RESET gpuivf.gpu_memory_limit; SELECT pg_reload_conf()");
 
 # ------------------------------------------------- a shard worker is gone

@@ -96,7 +96,7 @@ gpuivf_worker_search(PG_FUNCTION_ARGS)
     GpuivfWorkerOnlyCaller = "gpuivf_worker_search";
     PG_TRY();
     {
-        served = GpuivfWorkerSearch(index, 1, &query, &hits, &nhits, NULL, &meta);
+        served = GpuivfSearchOnWorker(index, 1, &query, &hits, &nhits, NULL, &meta);
     }
     PG_FINALLY();
     {

@@ -19,6 +19,7 @@
  */
 #include "gpuivf.h"
 #include "search/search.h"
+#include "search/results.h"
 #include "storage/storage.h"
 
 #include <algorithm>
@@ -36,24 +37,6 @@ typedef struct SearchScratch
     uint8      *page_codes;
     uint64     *page_ids;
 } SearchScratch;
-
-
-/* ------------------------------------------------------------ helpers */
-
-/* (distance, heap id) ascending, NaN last (gpuivf.h) */
-static inline bool
-ResultLess(double da, uint64 ia, double db, uint64 ib)
-{
-    return GpuivfCompareDistanceId(da, ia, db, ib) < 0;
-}
-
-/* Sorts results by (distance, heap id), NaN last (std::sort: no allocation,
- * no exceptions with this comparator). */
-static void
-SortResults(GpuivfResult *r, int n)
-{
-    std::sort(r, r + n, GpuivfResultLess);
-}
 
 /* Bounded max-heap of the k best results (exact mode). */
 static void
@@ -104,23 +87,6 @@ HeapPush(GpuivfResult *heap, int *size, int k, double distance, uint64 heapid)
     }
     heap[i].distance = distance;
     heap[i].heapid = heapid;
-}
-
-/* Copies the hits of results[0..n) (sorted) into a palloc'd array of the
- * caller's context, at most k. */
-static GpuivfHit *
-MakeHits(MemoryContext caller, const GpuivfResult *results, int n, int k, int *nhits)
-{
-    int         m = Min(n, k);
-    GpuivfHit  *hits = (GpuivfHit *) MemoryContextAlloc(caller, sizeof(GpuivfHit) * Max(m, 1));
-
-    for (int i = 0; i < m; i++)
-    {
-        GpuivfIdToTid(results[i].heapid, &hits[i].tid);
-        hits[i].distance = results[i].distance;
-    }
-    *nhits = m;
-    return hits;
 }
 
 /* --------------------------------------------------------- exact path */
@@ -185,67 +151,6 @@ SearchExact(Relation index, SearchScratch *s, const GpuivfQuery *queries, const 
 }
 
 /* ----------------------------------------------------------- IVF path */
-
-/* (entry id, query) pair of the re-rank, visited in entry (block) order */
-typedef struct RerankItem
-{
-    uint64      entry;
-    int32       query;
-    int32       slot;           /* position in that query's candidate list */
-} RerankItem;
-
-/*
- * The re-rank reads one vector page per candidate group (candidates sorted
- * by block), scattered over the index: with pages already in shared
- * buffers its cost is the cache misses of each page's header, line pointers
- * and tuple, one after another.  So the pages are pinned RERANK_PIN_AHEAD
- * groups ahead: at the pin the header, special space and the needed line
- * pointers are prefetched, one group later the tuples they point at, and by
- * the time a page is locked and read its lines are in cache.  Reading line
- * pointers without the content lock only steers prefetches (which never
- * fault); the real read happens under the lock.
- */
-#define RERANK_PIN_AHEAD 3
-
-static Buffer
-RerankPin(Relation index, const RerankItem *items, const int64 *gstart, int64 g)
-{
-    Buffer      buf = ReadBufferExtended(index, MAIN_FORKNUM,
-                                         (BlockNumber) (items[gstart[g]].entry >> 16),
-                                         RBM_NORMAL, NULL);
-    char       *page = (char *) BufferGetPage(buf);
-
-    __builtin_prefetch(page);
-    __builtin_prefetch(page + BLCKSZ - 64);
-    for (int64 i = gstart[g]; i < gstart[g + 1]; i++)
-    {
-        OffsetNumber off = (OffsetNumber) (items[i].entry & 0xFFFF);
-
-        __builtin_prefetch(page + SizeOfPageHeaderData + (Size) (off - 1) * sizeof(ItemIdData));
-    }
-    return buf;
-}
-
-static void
-RerankPrefetchTuples(Buffer buf, const RerankItem *items, int64 from, int64 to)
-{
-    char       *page = (char *) BufferGetPage(buf);
-
-    for (int64 i = from; i < to; i++)
-    {
-        OffsetNumber off = (OffsetNumber) (items[i].entry & 0xFFFF);
-        ItemIdData  iid;
-
-        if (off < FirstOffsetNumber || off > MaxOffsetNumber)
-            continue;
-        memcpy(&iid, page + SizeOfPageHeaderData + (Size) (off - 1) * sizeof(ItemIdData),
-               sizeof(ItemIdData));
-        if (iid.lp_off == 0 || iid.lp_off >= BLCKSZ)
-            continue;
-        __builtin_prefetch(page + iid.lp_off);
-        __builtin_prefetch(page + iid.lp_off + 64);
-    }
-}
 
 /*
  * IVF round 1 of the queries listed in which[0..nivf): probe, ADC TopK of C
@@ -397,91 +302,18 @@ SearchIvf(Relation index, SearchScratch *s, const GpuivfQuery *queries, const in
         return;
     }
 
-    /* exact re-rank: every candidate's vector tuple, each page once */
+    /* exact re-rank of every query's candidates (search/rerank.cpp) */
     {
-        int64       nitems = 0;
-        RerankItem *items;
-        GpuivfResult **res = (GpuivfResult **) palloc(sizeof(GpuivfResult *) * nivf);
-        int        *nres = (int *) palloc0(sizeof(int) * nivf);
-        int64       i = 0;
-        int64      *gstart;
-        int64       ngroups = 0;
-        Buffer      pinned[RERANK_PIN_AHEAD];
+        uint64    **cand = (uint64 **) palloc(sizeof(uint64 *) * nivf);
+        int        *ncand = (int *) palloc(sizeof(int) * nivf);
 
         for (int j = 0; j < nivf; j++)
         {
-            nitems += topk[j].size;
-            res[j] = (GpuivfResult *) palloc(sizeof(GpuivfResult) * Max(topk[j].size, 1));
+            cand[j] = topk[j].ids;
+            ncand[j] = topk[j].size;
         }
-        items = (RerankItem *) MemoryContextAllocHuge(s->ctx, sizeof(RerankItem) * Max(nitems, 1));
-        nitems = 0;
-        for (int j = 0; j < nivf; j++)
-            for (int c = 0; c < topk[j].size; c++)
-            {
-                items[nitems].entry = topk[j].ids[c];
-                items[nitems].query = j;
-                items[nitems].slot = c;
-                nitems++;
-            }
-        std::sort(items, items + nitems, [](const RerankItem &x, const RerankItem &y) {
-            return x.entry != y.entry ? x.entry < y.entry : x.query < y.query;
-        });
-        *reranked += nitems;
-
-        /* the candidates grouped by vector page: group g is items[gstart[g], gstart[g + 1]) */
-        gstart = (int64 *) MemoryContextAllocHuge(s->ctx, sizeof(int64) * (nitems + 1));
-        for (i = 0; i < nitems; i++)
-            if (i == 0 || (items[i].entry >> 16) != (items[i - 1].entry >> 16))
-                gstart[ngroups++] = i;
-        gstart[ngroups] = nitems;
-
-        for (int64 g = 0; g < ngroups; g++)
-        {
-            BlockNumber blkno = (BlockNumber) (items[gstart[g]].entry >> 16);
-            Buffer      buf;
-            Page        page;
-
-            /* pin ahead and warm the caches (see RerankPrefetch) */
-            if (g == 0)
-                for (int64 a = 0; a < RERANK_PIN_AHEAD && a < ngroups; a++)
-                    pinned[a % RERANK_PIN_AHEAD] = RerankPin(index, items, gstart, a);
-            else if (g + RERANK_PIN_AHEAD - 1 < ngroups)
-                pinned[(g + RERANK_PIN_AHEAD - 1) % RERANK_PIN_AHEAD] =
-                    RerankPin(index, items, gstart, g + RERANK_PIN_AHEAD - 1);
-            if (g + 1 < ngroups)
-                RerankPrefetchTuples(pinned[(g + 1) % RERANK_PIN_AHEAD], items,
-                                     gstart[g + 1], gstart[g + 2]);
-            buf = pinned[g % RERANK_PIN_AHEAD];
-            pinned[g % RERANK_PIN_AHEAD] = InvalidBuffer;
-
-            LockBuffer(buf, BUFFER_LOCK_SHARE);
-            page = BufferGetPage(buf);
-            if (!GpuivfPageIsType(page, GPUIVF_PAGE_VECTOR))
-                GpuivfBadPage(index, blkno, "vector");
-            for (i = gstart[g]; i < gstart[g + 1]; i++)
-            {
-                OffsetNumber off = (OffsetNumber) (items[i].entry & 0xFFFF);
-                GpuivfVectorTuple *vt = GpuivfPageVectorTuple(index, page, blkno, off, dims);
-                int         j = items[i].query;
-                GpuivfResult *r;
-
-                /* gone meanwhile (VACUUM freed it after we read the list) */
-                if (vt == NULL)
-                    continue;
-                r = &res[j][nres[j]++];
-                r->distance = gpuivf::metric_distance(s->metric, queries[which[j]].vector, vt->x, dims);
-                r->heapid = GpuivfTidToId(&vt->heaptid);
-            }
-            UnlockReleaseBuffer(buf);
-            CHECK_FOR_INTERRUPTS();
-        }
-        for (int j = 0; j < nivf; j++)
-        {
-            int         qi = which[j];
-
-            SortResults(res[j], nres[j]);
-            hits[qi] = MakeHits(caller, res[j], nres[j], queries[qi].k, &nhits[qi]);
-        }
+        GpuivfRerankCandidates(index, &s->meta, nivf, queries, which, cand, ncand, caller, hits,
+                               nhits, reranked);
     }
 }
 

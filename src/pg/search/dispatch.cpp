@@ -28,6 +28,44 @@ GpuivfCheckDevice(void)
 }
 
 /*
+ * GpuivfWorkerSearch, and the re-rank of its ADC candidates here when the
+ * index's GPU copies hold only codes (search.h).
+ */
+bool
+GpuivfSearchOnWorker(Relation index, int nq, const GpuivfQuery *queries, GpuivfHit **hits,
+                     int *nhits, GpuivfSearchStats *stats, const GpuivfMetaPageData *meta)
+{
+    bool        adc_candidates;
+    uint64    **ids;
+    int        *ncand;
+    int64       reranked = 0;
+
+    if (!GpuivfWorkerSearch(index, nq, queries, hits, nhits, stats, meta, &adc_candidates))
+        return false;
+    if (!adc_candidates)
+        return true;
+    ids = (uint64 **) palloc(sizeof(uint64 *) * nq);
+    ncand = (int *) palloc(sizeof(int) * nq);
+    for (int q = 0; q < nq; q++)
+    {
+        ncand[q] = nhits[q];
+        ids[q] = (uint64 *) palloc(sizeof(uint64) * Max(nhits[q], 1));
+        for (int j = 0; j < nhits[q]; j++)
+            ids[q][j] = GpuivfTidToId(&hits[q][j].tid);
+        pfree(hits[q]);
+    }
+    GpuivfRerankCandidates(index, meta, nq, queries, NULL, ids, ncand, CurrentMemoryContext, hits,
+                           nhits, &reranked);
+    if (stats != NULL)
+        stats->reranked += reranked;
+    for (int q = 0; q < nq; q++)
+        pfree(ids[q]);
+    pfree(ids);
+    pfree(ncand);
+    return true;
+}
+
+/*
  * The queries listed in which[0..n), answered together by the GPU worker
  * (on_gpu) or the CPU path, their hits put back in hits[] and nhits[] at
  * their places; *st: that engine call's statistics.  False when the worker
@@ -46,7 +84,7 @@ SearchSubset(Relation index, bool on_gpu, const int *which, int n, const GpuivfQ
         sub[i] = queries[which[i]];
     memset(st, 0, sizeof(*st));
     if (on_gpu)
-        answered = GpuivfWorkerSearch(index, n, sub, subhits, subn, st, meta);
+        answered = GpuivfSearchOnWorker(index, n, sub, subhits, subn, st, meta);
     else
         GpuivfSearchBatchCpu(index, n, sub, subhits, subn, st, meta);
     if (answered)

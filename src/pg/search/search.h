@@ -71,6 +71,12 @@ void        GpuivfSearchBatch(Relation index, int nq, const GpuivfQuery *queries
                               GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats,
                               const GpuivfMetaPageData *meta);
 
+/* dispatch.cpp: GpuivfWorkerSearch (worker/worker.h: same contract), the
+ * ADC candidates of an index whose GPU copies hold only codes re-ranked
+ * here (GpuivfRerankCandidates).  meta: as the caller read it (not NULL). */
+bool        GpuivfSearchOnWorker(Relation index, int nq, const GpuivfQuery *queries,
+                                 GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats,
+                                 const GpuivfMetaPageData *meta);
 /* dispatch.cpp: gpuivf.device = gpu without a worker is an error */
 void        GpuivfCheckDevice(void);
 
@@ -103,6 +109,17 @@ void        GpuivfOfferRoundOne(Oid indexoid, uint64 generation, const GpuivfQue
 bool        GpuivfTakeRoundOne(Oid indexoid, uint64 generation, const GpuivfQuery *query,
                                int dims, GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats);
 void        GpuivfClearOffer(void);
+/* rerank.cpp: the exact re-rank on the host of the PQ candidates of n
+ * queries: cand[i][0 .. ncand[i]) are entry ids (what list entries hold:
+ * vector tuple TIDs) of query queries[which ? which[i] : i]; its hits
+ * (heap TIDs, exact SQL distances, best first, a heap TID at most once, at
+ * most k) go to hits[that query] in the caller's context, and *reranked
+ * counts the candidates.  Candidates whose vector tuple is gone are
+ * skipped. */
+void        GpuivfRerankCandidates(Relation index, const GpuivfMetaPageData *meta, int n,
+                                   const GpuivfQuery *queries, const int *which,
+                                   uint64 *const *cand, const int *ncand, MemoryContext caller,
+                                   GpuivfHit **hits, int *nhits, int64 *reranked);
 /* cpu.cpp: the CPU path of GpuivfSearchBatch (meta as there) */
 void        GpuivfSearchBatchCpu(Relation index, int nq, const GpuivfQuery *queries,
                                  GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats,

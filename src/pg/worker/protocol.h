@@ -50,6 +50,7 @@ typedef struct GpuivfShownIndex
     TimestampTz last_used;
     int         nshards;        /* 1: the whole index; else this copy holds */
     int         shard;          /* the lists l with l % nshards == shard */
+    bool        codes_only;     /* no vectors: the backends re-rank */
 } GpuivfShownIndex;
 
 /*
@@ -149,6 +150,9 @@ typedef struct alignas(PG_CACHE_LINE_SIZE) GpuivfRequestSlot
     int         nshards;        /* 1: the whole index; else search (and hold)
                                  * only the lists of shard `shard` */
     int         shard;
+    bool        codes_only;     /* a copy of codes and entry ids only: the
+                                 * search returns ADC candidates, the backend
+                                 * re-ranks them ("Larger than the GPU") */
     Oid         dboid;
     Oid         indexoid;
     RelFileNode node;
@@ -208,13 +212,13 @@ GpuivfListShard(uint32 list, int nshards)
 
 /* Device memory a copy of (one shard of) an index of meta's shape needs,
  * roughly (engine layout: 16-byte code chunks, 8-byte ids, a 4-byte term,
- * vectors, 25% headroom; the model is on every shard). */
+ * vectors unless codes_only, 25% headroom; the model is on every shard). */
 static inline int64
-GpuivfEstimateGpuBytes(const GpuivfMetaPageData *meta, int nshards)
+GpuivfEstimateGpuBytes(const GpuivfMetaPageData *meta, int nshards, bool codes_only)
 {
     double      per = (double) (TYPEALIGN(16, meta->code_size) + 8 + 4);
 
-    if (meta->flags & GPUIVF_META_RERANK)
+    if ((meta->flags & GPUIVF_META_RERANK) && !codes_only)
         per += 4.0 * meta->dims;
     return (int64) ((double) meta->vectors * per * 1.25 / Max(nshards, 1)) +
         (int64) meta->lists * meta->dims * 4 +

@@ -397,6 +397,7 @@ GpuivfMySlots(int n, GpuivfRequestSlot **slots)
         slot->target_worker = -1;
         slot->nshards = 1;
         slot->shard = 0;
+        slot->codes_only = false;
         slot->dsm = DSM_HANDLE_INVALID;
         slot->taken_by = -1;
         slot->payload_off = (Size) i * share;

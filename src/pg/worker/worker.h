@@ -40,10 +40,14 @@ extern const char *GpuivfWorkerOnlyCaller;
  * counted in gpuivf_stat.cpu_fallbacks; under gpu those raise here.  Each
  * query keeps its own k, nprobe and rerank on the worker, so its answer
  * never depends on the batch it rides in.  meta as for GpuivfSearchBatch
- * (NULL: read here). */
+ * (NULL: read here).  *adc_candidates: the index's copies hold only codes
+ * (it fits the GPUs no other way: README.md, "Larger than the GPU"); then
+ * hits[i] are query i's max(k, rerank) best entries by ADC (their TIDs are
+ * entry ids: vector tuple TIDs) for the caller to re-rank
+ * (GpuivfRerankCandidates). */
 bool        GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
                                GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats,
-                               const GpuivfMetaPageData *meta);
+                               const GpuivfMetaPageData *meta, bool *adc_candidates);
 /* CREATE INDEX on the GPU (worker/backend/build_jobs.cpp).  They return false (or NULL)
  * when no worker can do it (the build then runs on the CPU); errors are
  * raised.  Encoding runs in batches through one job (one DSM segment). */

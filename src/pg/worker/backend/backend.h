@@ -21,8 +21,16 @@ void        RequestFailed(Relation index, GpuivfRequestSlot *slot, bool answered
 /* the identity of index (and the metapage as the backend saw it, if any) */
 void        SetIndexIdentity(GpuivfRequestSlot *slot, Relation index,
                              const GpuivfMetaPageData *meta);
-/* shards a search of an index of meta's shape uses (protocol.h, "Sharding") */
-int         ShardCount(const GpuivfMetaPageData *meta);
+/* Where the GPU copies of an index of meta's shape live (protocol.h,
+ * "Sharding", "Larger than the GPU"): how many shards, and whether they
+ * hold only codes (searches return ADC candidates that the backend
+ * re-ranks).  Every backend computes the same from the metapage. */
+typedef struct GpuivfPlacement
+{
+    int         nshards;
+    bool        codes_only;
+} GpuivfPlacement;
+GpuivfPlacement GpuivfPlaceIndex(const GpuivfMetaPageData *meta);
 /* submit a filled request and wait without a time limit (builds, exact
  * kNN); cancel still works; true when answered */
 bool        SubmitAndWaitUnlimited(GpuivfRequestSlot *slot);

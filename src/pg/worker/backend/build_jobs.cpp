@@ -275,15 +275,18 @@ bool
 GpuivfWorkerLoadStart(Relation index, const GpuivfMetaPageData *meta)
 {
     GpuivfRequestSlot *slot;
+    GpuivfPlacement pl;
 
     Assert(PendingLoad == NULL);
-    if (gpuivf_device == GPUIVF_DEVICE_CPU || GpuivfReadyWorkers() == 0 || ShardCount(meta) > 1 ||
+    if (gpuivf_device == GPUIVF_DEVICE_CPU || GpuivfReadyWorkers() == 0 ||
         !GpuivfWorkerCanRead(index))
         return false;
-    if ((slot = GpuivfMySlot()) == NULL)
+    pl = GpuivfPlaceIndex(meta);
+    if (pl.nshards > 1 || (slot = GpuivfMySlot()) == NULL)
         return false;
     slot->kind = GPUIVF_KIND_LOAD;
     SetIndexIdentity(slot, index, meta);
+    slot->codes_only = pl.codes_only;
     slot->nq = 0;
     slot->kmax = 0;
     RegisterPendingCallbacks();

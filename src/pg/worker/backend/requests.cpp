@@ -181,34 +181,38 @@ SetIndexIdentity(GpuivfRequestSlot *slot, Relation index, const GpuivfMetaPageDa
     slot->train_id = meta ? meta->train_id : 0;
     slot->generation = meta ? meta->generation : 0;
     slot->dims = meta ? (int) meta->dims : 0;
+    slot->codes_only = false;
     slot->reranked = 0;
 }
 
 /* ----------------------------------------------------- sharded search */
 
 /*
- * Shards a search of an index of meta's shape uses (worker/protocol.h,
- * "Sharding"): gpuivf.shards when it is 2 or more (at most one per
- * worker); under 0 (auto) the fewest that make one shard's copy fit the
- * smallest gpuivf.gpu_memory_limit of the ready workers; 1 otherwise.
+ * The placement of an index of meta's shape (backend.h).  Copies with the
+ * re-rank vectors come first: one worker's, else the fewest shards that
+ * fit; then, for an index that stores vectors, copies of the codes alone
+ * (about a fifth of the bytes for 128 dimensions and 32-byte codes): one
+ * worker's, else the fewest shards.  "Fit": within the smallest
+ * gpuivf.gpu_memory_limit of the ready workers.  gpuivf.shards = 1 allows
+ * no shards, n >= 2 forces min(n, workers).  When nothing fits, the largest
+ * placement is tried and the workers say so (the error names the sizes).
  */
-int
-ShardCount(const GpuivfMetaPageData *meta)
+GpuivfPlacement
+GpuivfPlaceIndex(const GpuivfMetaPageData *meta)
 {
     int         nworkers = GpuivfShmem->nworkers;
     int64       limit = -1;
+    bool        vectors = (meta->flags & GPUIVF_META_RERANK) != 0;
+    int         most;
+    GpuivfPlacement pl;
 
-    if (nworkers < 2 || gpuivf_shards == 1)
-        return 1;
-    if (gpuivf_shards >= 2)
-        return Min(gpuivf_shards, nworkers);
     /*
      * Read without the workers' spinlocks, like GpuivfReadyWorkers: every
-     * search of a multi-GPU host passes here.  A worker sets its limit
-     * before it turns READY (the read barrier keeps that order); a limit
-     * changing under us is a reload, seen a moment early or late, which
-     * the locked read did not prevent either.  The shard count never
-     * changes a search's rows, only which workers answer.
+     * search passes here.  A worker sets its limit before it turns READY
+     * (the read barrier keeps that order); a limit changing under us is a
+     * reload, seen a moment early or late, which the locked read did not
+     * prevent either.  The placement never changes a search's rows, only
+     * which workers answer and where the re-rank runs.
      */
     for (int i = 0; i < nworkers; i++)
     {
@@ -222,12 +226,29 @@ ShardCount(const GpuivfMetaPageData *meta)
         if (wlimit > 0 && (limit < 0 || wlimit < limit))
             limit = wlimit;
     }
-    if (limit <= 0 || GpuivfEstimateGpuBytes(meta, 1) <= limit)
-        return 1;
-    for (int s = 2; s < nworkers; s++)
-        if (GpuivfEstimateGpuBytes(meta, s) <= limit)
-            return s;
-    return nworkers;            /* the workers say so if it still does not fit */
+    pl.nshards = 1;
+    pl.codes_only = false;
+    if (nworkers >= 2 && gpuivf_shards >= 2)
+    {
+        pl.nshards = Min(gpuivf_shards, nworkers);
+        pl.codes_only = vectors && limit > 0 &&
+            GpuivfEstimateGpuBytes(meta, pl.nshards, false) > limit;
+        return pl;
+    }
+    if (limit <= 0)
+        return pl;
+    most = nworkers >= 2 && gpuivf_shards == 0 ? nworkers : 1;
+    for (int codes_only = 0; codes_only <= (vectors ? 1 : 0); codes_only++)
+        for (int s = 1; s <= most; s++)
+            if (GpuivfEstimateGpuBytes(meta, s, codes_only) <= limit)
+            {
+                pl.nshards = s;
+                pl.codes_only = codes_only;
+                return pl;
+            }
+    pl.nshards = most;
+    pl.codes_only = vectors;
+    return pl;
 }
 
 /* ------------------------------------------------------------- build */

@@ -134,9 +134,10 @@ AddSearchStats(GpuivfSearchStats *stats, const GpuivfRequestSlot *slot)
  */
 static int
 FillSearchRequest(GpuivfRequestSlot *slot, Relation index, const GpuivfMetaPageData *meta,
-                  const GpuivfQuery *queries, const int *stride, int off, int nq, int nshards,
-                  int shard, GpuivfSearchLayout *l, int *kmax)
+                  const GpuivfQuery *queries, const int *stride, int off, int nq,
+                  const GpuivfPlacement *pl, int shard, GpuivfSearchLayout *l, int *kmax)
 {
+    int         nshards = pl->nshards;
     bool        sharded = nshards > 1;
     int         dims = (int) meta->dims;
     int         c = 0;
@@ -156,6 +157,7 @@ FillSearchRequest(GpuivfRequestSlot *slot, Relation index, const GpuivfMetaPageD
     *l = GpuivfSearchPayloadLayout(c, dims, *kmax, sharded);
     slot->kind = GPUIVF_KIND_SEARCH;
     SetIndexIdentity(slot, index, meta);
+    slot->codes_only = pl->codes_only;
     if (sharded)
     {
         slot->target_worker = shard;
@@ -178,14 +180,14 @@ FillSearchRequest(GpuivfRequestSlot *slot, Relation index, const GpuivfMetaPageD
  * and releases the slot.
  */
 static int
-SearchRequest(Relation index, const GpuivfMetaPageData *meta, const GpuivfQuery *queries,
-              const int *stride, int off, int nq, GpuivfRequestSlot **slot,
-              GpuivfSearchLayout *l, int *kmax)
+SearchRequest(Relation index, const GpuivfMetaPageData *meta, const GpuivfPlacement *pl,
+              const GpuivfQuery *queries, const int *stride, int off, int nq,
+              GpuivfRequestSlot **slot, GpuivfSearchLayout *l, int *kmax)
 {
     int         c = 0;
 
     if ((*slot = GpuivfMySlot()) != NULL)
-        c = FillSearchRequest(*slot, index, meta, queries, stride, off, nq, 1, 0, l, kmax);
+        c = FillSearchRequest(*slot, index, meta, queries, stride, off, nq, pl, 0, l, kmax);
     if (c == 0)
     {
         /* a query larger than a request buffer, or a process without a
@@ -265,15 +267,18 @@ DistanceBefore(const ShardHit &x, const ShardHit &y)
  * global best `candidates` by (ADC, id) (each of them is among its own
  * shard's best), so keeping exactly those and ordering them by (exact
  * distance, id) gives what one GPU re-ranking the global candidates gives.
- * Without stored vectors each shard returns its k best by ADC and the merge
- * keeps the k best by (ADC, id).  Same contract as GpuivfWorkerSearch.
+ * Without stored vectors on the GPU (none, or a copy of the codes alone)
+ * each shard returns its k best by ADC and the merge keeps the k best by
+ * (ADC, id).  Same contract as GpuivfWorkerSearch; hits[q] of k allocated
+ * by the caller.
  */
 static bool
-ShardedSearch(Relation index, const GpuivfMetaPageData *meta, int nshards, int nq,
+ShardedSearch(Relation index, const GpuivfMetaPageData *meta, const GpuivfPlacement *pl, int nq,
               const GpuivfQuery *queries, GpuivfHit **hits, int *nhits,
               GpuivfSearchStats *stats)
 {
-    bool        stores_vectors = (meta->flags & GPUIVF_META_RERANK) != 0;
+    int         nshards = pl->nshards;
+    bool        stores_vectors = (meta->flags & GPUIVF_META_RERANK) != 0 && !pl->codes_only;
     ShardHit  **pool = (ShardHit **) palloc(sizeof(ShardHit *) * nq);
     int        *npool = (int *) palloc0(sizeof(int) * nq);
     int        *cand = (int *) palloc(sizeof(int) * nq);
@@ -309,7 +314,7 @@ ShardedSearch(Relation index, const GpuivfMetaPageData *meta, int nshards, int n
         if (GpuivfMySlots(nshards, slots))
         {
             for (int s = 0; s < nshards; s++)
-                c = FillSearchRequest(slots[s], index, meta, queries, cand, off, nq, nshards, s, &l,
+                c = FillSearchRequest(slots[s], index, meta, queries, cand, off, nq, pl, s, &l,
                                       &kmax);
         }
         if (c == 0)
@@ -400,49 +405,18 @@ ShardedSearch(Relation index, const GpuivfMetaPageData *meta, int nshards, int n
 }
 
 /*
- * Search nq queries of one index on the GPU worker; hits[i] (palloc'd,
- * best first) and nhits[i] out.  False when the CPU must answer (worker.h);
- * errors are raised here under gpuivf.device = gpu.  Every query travels
- * with its own k, nprobe and rerank; the stride of the answers of one
- * request is its largest k.
+ * The search of an unsharded copy: as many queries per request as fit one
+ * request buffer, their stride their largest k.  hits[q] of k allocated by
+ * the caller.
  */
-bool
-GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
-                   GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats,
-                   const GpuivfMetaPageData *given_meta)
+static bool
+UnshardedSearch(Relation index, const GpuivfMetaPageData *meta, const GpuivfPlacement *pl,
+                int nq, const GpuivfQuery *queries, GpuivfHit **hits, int *nhits,
+                GpuivfSearchStats *stats)
 {
-    GpuivfMetaPageData meta;
     GpuivfRequestSlot *slot;
-    int        *want;
+    int        *want = (int *) palloc(sizeof(int) * nq);
 
-    if (nq <= 0 || !WorkerUsable(nq))
-        return false;
-    if (!GpuivfWorkerCanRead(index))
-        return false;
-    GpuivfGivenOrReadMeta(index, given_meta, &meta);
-    if (!GpuivfMetaIsTrained(&meta) || meta.dims == 0 || meta.lists > GPUIVF_CUDA_MAX_LISTS)
-        return false;
-    for (int i = 0; i < nq; i++)
-    {
-        if (queries[i].vector == NULL || queries[i].k < 1 || queries[i].nprobe < 1 ||
-            queries[i].rerank < 0 || GpuivfGpuLimitExceeded(&queries[i]) != NULL ||
-            GpuivfQueryIsExact(&meta, &queries[i]))
-            return false;
-    }
-
-    if (stats != NULL)
-        memset(stats, 0, sizeof(*stats));
-    for (int i = 0; i < nq; i++)
-        hits[i] = (GpuivfHit *) palloc(sizeof(GpuivfHit) * Max(queries[i].k, 1));
-
-    {
-        int         nshards = ShardCount(&meta);
-
-        if (nshards > 1)
-            return ShardedSearch(index, &meta, nshards, nq, queries, hits, nhits, stats);
-    }
-
-    want = (int *) palloc(sizeof(int) * nq);
     for (int i = 0; i < nq; i++)
         want[i] = queries[i].k;
     for (int off = 0; off < nq;)
@@ -452,8 +426,7 @@ GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
         GpuivfSearchLayout l;
         char       *payload;
 
-        /* as many queries as fit one request buffer, their stride their largest k */
-        c = SearchRequest(index, &meta, queries, want, off, nq, &slot, &l, &kmax);
+        c = SearchRequest(index, meta, pl, queries, want, off, nq, &slot, &l, &kmax);
         if (c == 0)
             return false;
         payload = GpuivfSlotPayload((int) (slot - GpuivfShmem->slots));
@@ -478,4 +451,78 @@ GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
     }
     pfree(want);
     return true;
+}
+
+/*
+ * The search of copies that hold only codes (README.md, "Larger than the
+ * GPU"): each query's C = max(k, rerank) best entries by ADC (entry ids:
+ * vector tuple TIDs), sharded or not, which the caller re-ranks: the same
+ * candidates as a GPU re-rank, hence the same rows.
+ */
+static bool
+AdcCandidateSearch(Relation index, const GpuivfMetaPageData *meta, const GpuivfPlacement *pl,
+                   int nq, const GpuivfQuery *queries, GpuivfHit **hits, int *nhits,
+                   GpuivfSearchStats *stats)
+{
+    GpuivfQuery *adc = (GpuivfQuery *) palloc(sizeof(GpuivfQuery) * nq);
+    bool        ok;
+
+    for (int q = 0; q < nq; q++)
+    {
+        adc[q] = queries[q];
+        adc[q].k = Min(Max(queries[q].k, queries[q].rerank), GPUIVF_GPU_MAX_K);
+        adc[q].rerank = 0;
+        hits[q] = (GpuivfHit *) palloc(sizeof(GpuivfHit) * adc[q].k);
+    }
+    ok = pl->nshards > 1
+        ? ShardedSearch(index, meta, pl, nq, adc, hits, nhits, stats)
+        : UnshardedSearch(index, meta, pl, nq, adc, hits, nhits, stats);
+    pfree(adc);
+    return ok;
+}
+
+/*
+ * Search nq queries of one index on the GPU worker; hits[i] (palloc'd,
+ * best first) and nhits[i] out.  False when the CPU must answer (worker.h);
+ * errors are raised here under gpuivf.device = gpu.  Every query travels
+ * with its own k, nprobe and rerank; the stride of the answers of one
+ * request is its largest k.
+ */
+bool
+GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
+                   GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats,
+                   const GpuivfMetaPageData *given_meta, bool *adc_candidates)
+{
+    GpuivfMetaPageData meta;
+    GpuivfPlacement pl;
+
+    *adc_candidates = false;
+    if (nq <= 0 || !WorkerUsable(nq))
+        return false;
+    if (!GpuivfWorkerCanRead(index))
+        return false;
+    GpuivfGivenOrReadMeta(index, given_meta, &meta);
+    if (!GpuivfMetaIsTrained(&meta) || meta.dims == 0 || meta.lists > GPUIVF_CUDA_MAX_LISTS)
+        return false;
+    for (int i = 0; i < nq; i++)
+    {
+        if (queries[i].vector == NULL || queries[i].k < 1 || queries[i].nprobe < 1 ||
+            queries[i].rerank < 0 || GpuivfGpuLimitExceeded(&queries[i]) != NULL ||
+            GpuivfQueryIsExact(&meta, &queries[i]))
+            return false;
+    }
+
+    if (stats != NULL)
+        memset(stats, 0, sizeof(*stats));
+    pl = GpuivfPlaceIndex(&meta);
+    if (pl.codes_only)
+    {
+        *adc_candidates = true;
+        return AdcCandidateSearch(index, &meta, &pl, nq, queries, hits, nhits, stats);
+    }
+    for (int i = 0; i < nq; i++)
+        hits[i] = (GpuivfHit *) palloc(sizeof(GpuivfHit) * Max(queries[i].k, 1));
+    if (pl.nshards > 1)
+        return ShardedSearch(index, &meta, &pl, nq, queries, hits, nhits, stats);
+    return UnshardedSearch(index, &meta, &pl, nq, queries, hits, nhits, stats);
 }

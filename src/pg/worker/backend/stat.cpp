@@ -38,10 +38,10 @@ GpuivfAppendCacheInfo(StringInfo json, Relation index)
                 continue;
             appendStringInfo(json, "%s{\"worker\": %d, \"device\": %d, \"generation\": " UINT64_FORMAT
                              ", \"vectors\": " INT64_FORMAT ", \"bytes\": " INT64_FORMAT
-                             ", \"shard\": %d, \"shards\": %d}",
+                             ", \"shard\": %d, \"shards\": %d, \"rerank\": \"%s\"}",
                              first ? "" : ", ", i, device, shown[j].generation,
                              shown[j].vectors, shown[j].bytes, shown[j].shard,
-                             Max(shown[j].nshards, 1));
+                             Max(shown[j].nshards, 1), shown[j].codes_only ? "host" : "gpu");
             first = false;
         }
     }

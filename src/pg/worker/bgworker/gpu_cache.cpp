@@ -13,7 +13,10 @@
  *
  * What is on the GPU: the model (centroids, codebooks) and, per list, every
  * entry's PQ code and its heap TID (the engine's 64-bit id), plus the raw
- * vector when the index stores vectors (exact re-rank on the GPU).  Host
+ * vector when the index stores vectors (exact re-rank on the GPU).  A copy
+ * of the codes alone (codes_only: the index with its vectors fits no
+ * worker) holds each entry's code and its entry TID instead; its searches
+ * return ADC candidates that the backend re-ranks from the vector pages.  Host
  * side, a mirror remembers for every list page its LSN and the entries it
  * held (page-order entry TIDs and heap ids).
  *
@@ -135,6 +138,7 @@ PublishCache(void)
             s->last_used = ix->last_used_at;
             s->nshards = ix->nshards;
             s->shard = ix->shard;
+            s->codes_only = ix->codes_only;
         }
         n++;
     }
@@ -226,6 +230,13 @@ UpdateDeviceBytes(GpuIndex *ix)
 
 /* ------------------------------------------------------- load / sync */
 
+/* Does the copy hold the re-rank vectors (gpu_cache.h)? */
+bool
+CopyStoresVectors(const GpuIndex *ix, const GpuivfMetaPageData *meta)
+{
+    return (meta->flags & GPUIVF_META_RERANK) != 0 && !ix->codes_only;
+}
+
 /* Create the device index and an empty mirror for meta's model. */
 static void
 CreateCopy(GpuIndex *ix, const GpuivfMetaPageData *meta)
@@ -241,7 +252,7 @@ CreateCopy(GpuIndex *ix, const GpuivfMetaPageData *meta)
                  centroids, sizeof(float) * ncent);
     ReadRawPages(ix, meta->codebook_start, meta->codebook_pages, GPUIVF_PAGE_CODEBOOK,
                  codebook, sizeof(float) * ncode);
-    MakeRoom(ix, GpuivfEstimateGpuBytes(meta, ix->nshards));
+    MakeRoom(ix, GpuivfEstimateGpuBytes(meta, ix->nshards, ix->codes_only));
 
     memset(&model, 0, sizeof(model));
     model.metric = meta->metric;
@@ -252,7 +263,7 @@ CreateCopy(GpuIndex *ix, const GpuivfMetaPageData *meta)
     model.centroids = centroids;
     model.codebook = codebook;
     WITH_EVICTION(ix, GpuivfCuda.gpuivf_cuda_index_create(GpuivfCudaRes, &model,
-                                                          (meta->flags & GPUIVF_META_RERANK) != 0,
+                                                          CopyStoresVectors(ix, meta),
                                                           &ix->gindex),
                   "create a GPU index");
     pfree(centroids);
@@ -311,7 +322,7 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
     if (fresh)
         CreateCopy(ix, &meta1);
     else
-        MakeRoom(ix, GpuivfEstimateGpuBytes(&meta1, ix->nshards));
+        MakeRoom(ix, GpuivfEstimateGpuBytes(&meta1, ix->nshards, ix->codes_only));
 
     memset(&wk, 0, sizeof(wk));
     wk.code_size = meta1.code_size;
@@ -389,7 +400,8 @@ FindCopy(const GpuivfRequestSlot *req)
 
         if (c->in_use && c->dboid == req->dboid && RelFileNodeEquals(c->node, req->node) &&
             c->indexoid == req->indexoid && c->train_id == req->train_id &&
-            c->nshards == req->nshards && c->shard == req->shard)
+            c->nshards == req->nshards && c->shard == req->shard &&
+            c->codes_only == req->codes_only)
             return c;
     }
     return NULL;
@@ -436,6 +448,7 @@ GetCopy(const GpuivfRequestSlot *req, uint64 generation)
         ix->train_id = req->train_id;
         ix->nshards = Max(req->nshards, 1);
         ix->shard = req->shard;
+        ix->codes_only = req->codes_only;
     }
     ix->last_used = ++UseTick;
     ix->last_used_at = GetCurrentTimestamp();
@@ -490,7 +503,7 @@ GpuivfGetCopyFor(const GpuivfRequestSlot *req, uint64 generation)
     GpuivfCopyRef ref;
 
     ref.gindex = ix->gindex;
-    ref.stores_vectors = (ix->meta.flags & GPUIVF_META_RERANK) != 0;
+    ref.stores_vectors = CopyStoresVectors(ix, &ix->meta);
     ref.entries = ix->entries;
     return ref;
 }

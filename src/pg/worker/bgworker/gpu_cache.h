@@ -33,6 +33,8 @@ typedef struct GpuIndex
     uint64      train_id;
     int         nshards;        /* 1, or this copy holds only the lists of */
     int         shard;          /* shard `shard` (worker/protocol.h, "Sharding") */
+    bool        codes_only;     /* codes and entry ids, no vectors: searches
+                                 * return ADC candidates (entry ids) */
     GpuivfMetaPageData meta;    /* shape of the model */
     uint64      generation;     /* every change up to it is on the GPU */
     uint64      end_generation; /* metapage after the last walk */
@@ -73,6 +75,8 @@ typedef struct Walk
     double      t_device;       /* handing entries to the engine */
 } Walk;
 
+/* gpu_cache.cpp: does the copy hold the re-rank vectors (not codes_only)? */
+bool        CopyStoresVectors(const GpuIndex *ix, const GpuivfMetaPageData *meta);
 /* gpu_cache.cpp: reading the index's pages by relfilenode */
 Buffer      ReadIndexPage(const GpuIndex *ix, BlockNumber blkno);
 void        Corrupted(const GpuIndex *ix, BlockNumber blkno, const char *what);  /* ERROR */

@@ -259,7 +259,7 @@ SortAddItemsByTid(AddItem *items, int64 n)
 void
 AddEntries(GpuIndex *ix, const GpuivfMetaPageData *meta, Walk *wk, uint64 *ids_out)
 {
-    bool        rerank = (meta->flags & GPUIVF_META_RERANK) != 0;
+    bool        rerank = CopyStoresVectors(ix, meta);   /* else ids: entry TIDs */
     int         dims = meta->dims;
     int         code_size = meta->code_size;
     Size        per = (Size) code_size + 8 + 8 + 4 + (rerank ? sizeof(float) * dims : 0);
