@@ -37,45 +37,73 @@ VectorPageHasRoom(Buffer buf, Size size, bool *is_new)
     return GpuivfPageIsType(page, GPUIVF_PAGE_VECTOR) && GpuivfPageHasRoom(page, size);
 }
 
-/* A locked vector page with room for one tuple of size bytes; *is_new when
- * the page must be initialized by the insert record. */
+/* Lock blkno exclusively when it is a vector page with room (or an
+ * all-zero page); else InvalidBuffer (the FSM corrected when it said so). */
+static Buffer
+TryVectorPage(Relation index, BlockNumber blkno, Size size, bool *is_new, bool from_fsm)
+{
+    Buffer      buf;
+    Size        actual = 0;
+
+    if (blkno >= RelationGetNumberOfBlocks(index) || blkno == GPUIVF_METAPAGE_BLKNO)
+    {
+        if (from_fsm)
+            RecordPageWithFreeSpace(index, blkno, 0);
+        return InvalidBuffer;
+    }
+    buf = ReadBuffer(index, blkno);
+    LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
+    if (VectorPageHasRoom(buf, size, is_new))
+        return buf;
+    if (GpuivfPageIsType(BufferGetPage(buf), GPUIVF_PAGE_VECTOR))
+        actual = GpuivfPageFreeSpace(BufferGetPage(buf));
+    UnlockReleaseBuffer(buf);
+    /* the FSM was stale: correct it */
+    if (from_fsm)
+        RecordPageWithFreeSpace(index, blkno, actual);
+    return InvalidBuffer;
+}
+
+/*
+ * A locked vector page with room for one tuple of size bytes; *is_new when
+ * it is all-zero.  Each backend fills a page of its own (the relation's
+ * target block, as heap inserts do): concurrent inserts then lock different
+ * vector pages, where they all queued for the metapage's
+ * vector_insert_page, holding it through the whole insert.  A backend
+ * without a target takes the metapage's hint, then a page from the FSM,
+ * then a new page.
+ */
 static Buffer
 GetVectorBuffer(Relation index, const GpuivfMetaPageData *meta, Size size, bool *is_new)
 {
+    BlockNumber target = RelationGetTargetBlock(index);
     Buffer      buf;
 
-    if (meta->vector_insert_page != InvalidBlockNumber)
+    if (target != InvalidBlockNumber &&
+        BufferIsValid(buf = TryVectorPage(index, target, size, is_new, false)))
+        return buf;
+    if (target == InvalidBlockNumber && meta->vector_insert_page != InvalidBlockNumber &&
+        BufferIsValid(buf = TryVectorPage(index, meta->vector_insert_page, size, is_new, false)))
     {
-        buf = ReadBuffer(index, meta->vector_insert_page);
-        LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
-        if (VectorPageHasRoom(buf, size, is_new))
-            return buf;
-        UnlockReleaseBuffer(buf);
+        RelationSetTargetBlock(index, meta->vector_insert_page);
+        return buf;
     }
     for (int tries = 0; tries < GPUIVF_FSM_TRIES; tries++)
     {
         BlockNumber blkno = GetPageWithFreeSpace(index, size);
-        Size        actual = 0;
 
         if (blkno == InvalidBlockNumber)
             break;
-        if (blkno >= RelationGetNumberOfBlocks(index) || blkno == GPUIVF_METAPAGE_BLKNO)
+        if (BufferIsValid(buf = TryVectorPage(index, blkno, size, is_new, true)))
         {
-            RecordPageWithFreeSpace(index, blkno, 0);
-            continue;
-        }
-        buf = ReadBuffer(index, blkno);
-        LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
-        if (VectorPageHasRoom(buf, size, is_new))
+            RelationSetTargetBlock(index, blkno);
             return buf;
-        if (GpuivfPageIsType(BufferGetPage(buf), GPUIVF_PAGE_VECTOR))
-            actual = GpuivfPageFreeSpace(BufferGetPage(buf));
-        UnlockReleaseBuffer(buf);
-        /* the FSM was stale: correct it and ask again */
-        RecordPageWithFreeSpace(index, blkno, actual);
+        }
     }
     *is_new = true;
-    return GpuivfNewBuffer(index, MAIN_FORKNUM);
+    buf = GpuivfNewVectorBuffer(index);
+    RelationSetTargetBlock(index, BufferGetBlockNumber(buf));
+    return buf;
 }
 
 /* Lock the metapage exclusively (always the last lock taken). */
@@ -228,7 +256,8 @@ InsertRow(Relation index, const GpuivfMetaPageData *meta, const float4 *x, int d
         Size        freespace = GpuivfPageFreeSpace(BufferGetPage(plan.vecbuf));
 
         UnlockReleaseBuffer(plan.vecbuf);
-        /* a page from the FSM or a racing extension: keep the FSM honest */
+        /* keep the FSM honest about the page this insert filled (it is the
+         * backend's own until full, but others may find it there later) */
         if (vecblk != meta->vector_insert_page && !plan.vec_init)
             RecordPageWithFreeSpace(index, vecblk, freespace);
     }

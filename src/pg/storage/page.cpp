@@ -78,6 +78,42 @@ GpuivfNewBuffer(Relation index, ForkNumber forknum)
     return buf;
 }
 
+/*
+ * A new vector page for an insert, exclusively locked and all-zero, like
+ * GpuivfNewBuffer; when other backends wait for the extension lock too
+ * (concurrent inserts each filling pages of their own), the fork grows by
+ * a few more all-zero pages, which go to the FSM for them (as heap inserts
+ * do, RelationAddExtraBlocks): one lock round per waiter instead of one
+ * per page.
+ */
+Buffer
+GpuivfNewVectorBuffer(Relation index)
+{
+    Buffer      buf;
+    int         extra = 0;
+    BlockNumber first_extra = InvalidBlockNumber;
+
+    if (!ExtensionNeedsLock(index))
+        return ReadBufferExtended(index, MAIN_FORKNUM, P_NEW, RBM_ZERO_AND_LOCK, NULL);
+    LockRelationForExtension(index, ExclusiveLock);
+    buf = ReadBufferExtended(index, MAIN_FORKNUM, P_NEW, RBM_ZERO_AND_LOCK, NULL);
+    extra = Min(RelationExtensionLockWaiterCount(index) * 4, GPUIVF_INSERT_EXTEND_MAX);
+    for (int i = 0; i < extra; i++)
+    {
+        Buffer      e = ReadBufferExtended(index, MAIN_FORKNUM, P_NEW, RBM_ZERO_AND_LOCK, NULL);
+        BlockNumber blk = BufferGetBlockNumber(e);
+
+        if (first_extra == InvalidBlockNumber)
+            first_extra = blk;
+        UnlockReleaseBuffer(e);
+        RecordPageWithFreeSpace(index, blk, GPUIVF_PAGE_CAPACITY);
+    }
+    UnlockRelationForExtension(index, ExclusiveLock);
+    if (extra > 0)
+        FreeSpaceMapVacuumRange(index, first_extra, first_extra + extra);
+    return buf;
+}
+
 /* Register a buffer whose old contents do not matter and format it. */
 void
 GpuivfInitRegisterPage(GenericXLogState *state, Buffer buf, uint16 page_type, Page *page)

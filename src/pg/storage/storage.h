@@ -45,6 +45,8 @@ const char *GpuivfMetricName(int metric);
 
 /* page.cpp: the only code that changes pages under WAL */
 Buffer      GpuivfNewBuffer(Relation index, ForkNumber forknum);
+#define GPUIVF_INSERT_EXTEND_MAX    64  /* pages an insert adds for waiters */
+Buffer      GpuivfNewVectorBuffer(Relation index);
 void        GpuivfInitPage(Page page, uint16 page_type);
 void        GpuivfInitRegisterPage(GenericXLogState *state, Buffer buf, uint16 page_type, Page *page);
 void        GpuivfWriteRawPages(Relation index, ForkNumber forknum, uint16 page_type,
