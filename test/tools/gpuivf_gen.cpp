@@ -72,7 +72,13 @@ struct Options {
     double query_spread = 1.0;  /* their spread: sigma_k times this */
     double query_shift = 0.0;   /* one fixed offset, in units of the centres' scale */
     int64_t query_first = 0;    /* skip this many queries of the stream first */
+    int64_t part = -1;      /* --part K/N: only rows [K * rows / N, (K + 1) * rows / N) */
+    int64_t parts = 0;
 };
+
+/* Rows of --part are drawn in blocks of this many, each from its own stream,
+ * so the parts of any N together are the same rows. */
+constexpr int64_t kPartBlockRows = 65536;
 
 void usage() {
     std::fputs(
@@ -104,6 +110,12 @@ void usage() {
         "                      times F (default 0)\n"
         "  --query-first I     start at query I of the stream, so that two calls write\n"
         "                      disjoint query sets of one distribution (default 0)\n"
+        "  --part K/N          only part K (0-based) of N of the base rows, with their\n"
+        "                      ids, so N processes can generate (and load) in parallel;\n"
+        "                      rows are drawn in blocks of 65,536, each from its own\n"
+        "                      random stream: the N parts together are the same rows\n"
+        "                      for every N (not those of a run without --part); queries\n"
+        "                      are written only by part 0\n"
         "COPY rows are (id bigint, v real[]): text lines are id<TAB>{x1,x2,...}.\n",
         stdout);
 }
@@ -161,6 +173,13 @@ bool parse_args(int argc, char **argv, Options *o) {
             o->query_shift = std::atof(v);
             ok = o->query_shift >= 0;
         } else if (a == "--query-first") ok = parse_int(v, &o->query_first) && o->query_first >= 0;
+        else if (a == "--part") {
+            std::string pv = v;
+            size_t slash = pv.find('/');
+            ok = slash != std::string::npos && parse_int(pv.substr(0, slash).c_str(), &o->part) &&
+                 parse_int(pv.substr(slash + 1).c_str(), &o->parts) && o->parts >= 1 &&
+                 o->part >= 0 && o->part < o->parts;
+        }
         else {
             std::fprintf(stderr, "gpuivf_gen: unknown option %s (see --help)\n", a.c_str());
             return false;
@@ -384,7 +403,25 @@ int generate(const Options &o) {
     const Mixture mix = make_mixture(o);
     std::vector<float> tmp(o.dims), row(o.dims);
 
-    if (!o.base_paths.empty()) {
+    if (!o.base_paths.empty() && o.parts > 0) {
+        Outputs out;
+        const int64_t first = o.rows * o.part / o.parts;
+        const int64_t end = o.rows * (o.part + 1) / o.parts;
+        if (!out.open(o.base_paths, o.format, o.dims)) return 1;
+        for (int64_t r = first; r < end;) {
+            const int64_t block = r / kPartBlockRows;
+            const int64_t block_end = std::min(end, (block + 1) * kPartBlockRows);
+            testrng::Rng rng(o.seed, 16 + (uint64_t)block);
+            for (int64_t skip = block * kPartBlockRows; skip < r; skip++)
+                mix.sample(rng, tmp.data(), row.data());  /* this part starts mid-block */
+            for (; r < block_end; r++) {
+                mix.sample(rng, tmp.data(), row.data());
+                bool null_row = o.null_every > 0 && (r + 1) % o.null_every == 0;
+                out.write(o.id_start + r, row.data(), null_row);
+            }
+        }
+        if (!out.close()) return 1;
+    } else if (!o.base_paths.empty()) {
         Outputs out;
         if (!out.open(o.base_paths, o.format, o.dims)) return 1;
         testrng::Rng rng(o.seed, 3);
@@ -395,7 +432,7 @@ int generate(const Options &o) {
         }
         if (!out.close()) return 1;
     }
-    if (!o.query_paths.empty()) {
+    if (!o.query_paths.empty() && o.part <= 0) {
         const QueryDistribution qd = make_query_distribution(o, mix);
         Outputs out;
         if (!out.open(o.query_paths, o.format, o.dims)) return 1;

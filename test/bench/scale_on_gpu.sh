@@ -1,0 +1,389 @@
+#!/usr/bin/env bash
+# test/bench/scale_on_gpu.sh — gpuivf at 10M+ rows on the GPU machine, in one command
+# that fits the device's 10-minute limit (by default it stops starting new
+# steps after TIME_LIMIT = 530 s and says which it skipped).
+#
+#   bash test/bench/scale_on_gpu.sh KIT        KIT: pgkit.sh, pgkit.tar.xz, gpuivf.so,
+#                                       gpuivf_gpu.so (as for test/gpu/run_device.sh)
+#                                       and, for pgvector, vector.so, vector.control,
+#                                       vector--*.sql, built here from the vendored
+#                                       source against Debian's PostgreSQL 15:
+#     tar -C /tmp -xzf ../shared/vendor/pgvector-0.8.6.tar.gz &&
+#     make -C /tmp/pgvector with_llvm=no PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config &&
+#     cp /tmp/pgvector/vector.so /tmp/pgvector/vector.control /tmp/pgvector/sql/vector--*.sql KIT/
+#   ROWS=10000000 DIMS=128 bash test/bench/scale_on_gpu.sh .device-worker     (the default)
+#   ROWS=5000000 DIMS=768 RERANK=false bash test/bench/scale_on_gpu.sh .device-worker
+#   GPUIVF_LOCAL=1 ROWS=200000 STREAMS=2 WORKERS=1 ... (a dry run here, with the
+#       installed PostgreSQL of PG_CONFIG and ENGINE=path/to/gpuivf_fake_gpu.so)
+#
+# Steps, each logged to $OUT/progress.txt as it ends:
+#   1. data: STREAMS processes of gpuivf_gen --part k/STREAMS generate the rows
+#      on this machine, each straight into a binary COPY of its own (FIFOs),
+#      and into scale_truth.py, which computes the exact top-10 of the NQ
+#      queries on the GPU (torch) once the rows are in; then VACUUM ANALYZE;
+#   2. CREATE INDEX USING gpuivf on the GPU with WORKERS parallel workers:
+#      time, the build's phases (its DEBUG1 line), index size, the peak
+#      private memory (RssAnon) of the building backend, of its parallel
+#      workers (the largest and their sum) and of the GPU worker, the GPU's
+#      memory in use;
+#   3. for each TARGETS recall target: recall@10 of the NQ queries with the
+#      automatic probes, and pgbench QPS / p50 / p99 at each CLIENTS count;
+#   3b. HOST_RERANK=1 (default): the same index with gpuivf.gpu_memory_limit
+#      at half of its GPU copy, so that only its codes fit (README.md, "Larger
+#      than the GPU"): recall@10 and QPS at the first target, next to the
+#      copy that fits;
+#   4. INSERTERS clients inserting while 64 query (BENCH_S seconds): both
+#      rates and the queries' p99; then 20 rows, each inserted and committed,
+#      must each be the answer of the next GPU query for its own vector;
+#   5. pgvector, when the kit has it and time remains: a vector(DIMS) copy of
+#      the table, hnsw (m 16, ef_construction 64, WORKERS workers) and
+#      ivfflat, each bounded by the time left; a build cut short reports how
+#      far it got (pg_stat_progress_create_index).
+# $OUT gets progress.txt, summary.md, results.csv and build.csv (the format of
+# test/bench/run, for test/bench/plot.py), and the logs.
+set -u
+KIT=${1:-.device-worker}
+OUT=${OUT:-/tmp/gpuivf-scale-out}
+ROWS=${ROWS:-10000000}
+DIMS=${DIMS:-128}
+NQ=${NQ:-1000}
+STREAMS=${STREAMS:-16}
+WORKERS=${WORKERS:-15}
+LISTS=${LISTS:-0}                 # 0: the index's automatic lists
+RERANK=${RERANK:-true}
+MWM=${MWM:-8GB}                   # maintenance_work_mem of the builds
+HNSW_MWM=${HNSW_MWM:-20GB}
+SHARED_BUFFERS=${SHARED_BUFFERS:-24GB}
+TARGETS=${TARGETS:-0.95 0.99}
+CLIENTS=${CLIENTS:-1 64}
+BENCH_S=${BENCH_S:-15}
+INSERTERS=${INSERTERS:-16}
+HOST_RERANK=${HOST_RERANK:-1}
+PGVECTOR=${PGVECTOR:-1}
+# pgvector's copy of the table: halfvec above 400 dimensions (half the disk:
+# 5M x 768 as vector would not fit the machine's 64 GB disk beside the real[]
+# table, 20 GB, and the WAL, kept to 8 GB there)
+PGV_TYPE=${PGV_TYPE:-$([ "$DIMS" -gt 400 ] && echo halfvec || echo vector)}
+TIME_LIMIT=${TIME_LIMIT:-530}
+PORT=${PORT:-5433}
+W=${W:-/tmp/gpuivf-scale}
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+started=$(date +%s)
+mkdir -p "$OUT"
+: > "$OUT/progress.txt"
+say() { echo "== [$(( $(date +%s) - started ))s] $*" | tee -a "$OUT/progress.txt"; }
+left() { echo $(( TIME_LIMIT - ($(date +%s) - started) )); }
+now() { date +%s.%N; }
+secs() { awk "BEGIN { printf \"%.1f\", $2 - $1 }"; }
+
+# ------------------------------------------------------------ PostgreSQL
+if [ -n "${GPUIVF_LOCAL:-}" ]; then
+	PGBIN=$(${PG_CONFIG:-pg_config} --bindir)
+	PGUSER_OS=postgres
+	as_pg() { su postgres -c "export PATH=$PGBIN:\$PATH PGHOST=$W PGPORT=$PORT PGUSER=postgres; cd $W; $*"; }
+else
+	# shellcheck disable=SC1090
+	source "$KIT/pgkit.sh" unpack "$KIT/pgkit.tar.xz" || exit 1
+	PGUSER_OS=pgrun
+	as_pg() { pgkit_as "export PGHOST=$W PGPORT=$PORT; $*"; }
+	cp "$KIT/gpuivf.so" "$KIT/gpuivf_gpu.so" "$(pg_config --pkglibdir)/"
+	cp gpuivf.control sql/gpuivf--0.1.0.sql "$(pg_config --sharedir)/extension/"
+	if [ -f "$KIT/vector.so" ]; then
+		cp "$KIT/vector.so" "$(pg_config --pkglibdir)/"
+		cp "$KIT"/vector.control "$KIT"/vector--*.sql "$(pg_config --sharedir)/extension/"
+	fi
+	nvidia-smi -L 2>&1 | head -2 | tee -a "$OUT/progress.txt"
+fi
+rm -rf "$W" && mkdir -p "$W"
+# one file per statement: steps run statements at the same time (a build and its progress monitor)
+sql() {
+	local f
+	f=$(mktemp "$W/q.XXXXXX.sql")
+	printf '%s\n' "$1" > "$f"
+	chown "$PGUSER_OS" "$f"
+	as_pg "psql -X -q -At -v ON_ERROR_STOP=1 -f $f"
+	local rc=$?
+	rm -f "$f"
+	return $rc
+}
+g++ -O3 -march=native -std=c++17 -I"$REPO/test/tools" "$REPO/test/tools/gpuivf_gen.cpp" -o "$W/gpuivf_gen" || exit 1
+chown -R "$PGUSER_OS" "$W"
+mkdir -p "$W/data" && chown "$PGUSER_OS" "$W/data"
+as_pg "initdb -A trust -U postgres -D $W/data >/dev/null" || exit 1
+cat >> "$W/data/postgresql.conf" <<EOF
+port = $PORT
+unix_socket_directories = '$W'
+listen_addresses = ''
+shared_preload_libraries = 'gpuivf'
+max_connections = 200
+shared_buffers = $SHARED_BUFFERS
+maintenance_work_mem = $MWM
+max_worker_processes = 40
+max_parallel_workers = 32
+max_parallel_maintenance_workers = $WORKERS
+max_parallel_workers_per_gather = 0
+dynamic_shared_memory_type = mmap
+jit = off
+fsync = off
+synchronous_commit = off
+max_wal_size = $([ "$DIMS" -gt 400 ] && echo 8GB || echo 16GB)
+checkpoint_timeout = 30min
+log_line_prefix = '%m [%p] %b '
+EOF
+[ -n "${ENGINE:-}" ] && echo "gpuivf.engine_library = '$ENGINE'" >> "$W/data/postgresql.conf"
+as_pg "pg_ctl -D $W/data -l $W/server.log -w start >/dev/null" || { cat "$W/server.log"; exit 1; }
+sleep 2
+sql "CREATE EXTENSION gpuivf;"
+for _ in $(seq 1 60); do
+	[ "$(sql "SELECT count(*) FROM gpuivf_stat WHERE state = 'ready'")" -gt 0 ] && break
+	sleep 0.5
+done
+say "worker: $(sql "SELECT string_agg(state || ' ' || coalesce(device_name, '') || ' ' || coalesce(message, ''), '; ') FROM gpuivf_stat")"
+
+# -------------------------------------------------- memory while it builds
+# Peak RssAnon (private memory) of the building backend, its parallel
+# workers (largest, and their sum at any one time) and the GPU worker, and
+# the GPU's memory in use; sampled every 0.5 s until $W/mem.stop appears.
+mem_sampler() {
+	local leader=0 wmax=0 wsum=0 gpuw=0 gmem=0 s m g
+	rm -f "$W/mem.stop"
+	while [ ! -f "$W/mem.stop" ]; do
+		s=0
+		for pid in $(ps -u "$PGUSER_OS" -o pid=); do
+			m=$(awk '/^RssAnon/ { print $2 }' "/proc/$pid/status" 2>/dev/null)
+			[ -z "$m" ] && continue
+			case "$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null)" in
+				*"parallel worker"*) s=$((s + m)); [ "$m" -gt "$wmax" ] && wmax=$m ;;
+				*"CREATE INDEX"*) [ "$m" -gt "$leader" ] && leader=$m ;;
+				*"gpuivf gpu worker"*) [ "$m" -gt "$gpuw" ] && gpuw=$m ;;
+			esac
+		done
+		[ "$s" -gt "$wsum" ] && wsum=$s
+		g=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1)
+		[ -n "$g" ] && [ "$g" -gt "$gmem" ] && gmem=$g
+		echo "leader_MB=$((leader / 1024)) worker_max_MB=$((wmax / 1024)) workers_sum_MB=$((wsum / 1024)) gpu_worker_MB=$((gpuw / 1024)) gpu_mem_MiB=$gmem" > "$W/mem.txt"
+		sleep 0.5
+	done
+}
+
+# ------------------------------------------------------------------ 1. data
+say "1. data: $ROWS x $DIMS, $NQ queries, $STREAMS streams"
+storage=$([ "$DIMS" -gt 400 ] && echo PLAIN || echo EXTENDED)   # a 768-float real[] fits a page
+sql "CREATE TABLE items (id bigint, v real[]); ALTER TABLE items ALTER v SET STORAGE $storage;
+     CREATE TABLE queries (id bigint PRIMARY KEY, v real[]); CREATE TABLE truth (qid int, rank int, id bigint);"
+"$W/gpuivf_gen" --rows "$ROWS" --dims "$DIMS" --queries "$NQ" --query "$W/queries.bin" --query "$W/queries.fvecs" >/dev/null || exit 1
+chown "$PGUSER_OS" "$W"/queries.*
+# the exact top-10 needs numpy (torch for speed); without, recall is not measured
+truth=$(python3 -c 'import numpy' 2>/dev/null && echo 1 || echo 0)
+t0=$(now)
+parts=()
+for ((k = 0; k < STREAMS; k++)); do
+	mkfifo "$W/copy$k.bin"
+	[ "$truth" = 1 ] && mkfifo "$W/part$k.fvecs" && parts+=("$W/part$k.fvecs")
+	chown "$PGUSER_OS" "$W/copy$k.bin"
+done
+truth_pid=
+if [ "$truth" = 1 ]; then
+	python3 "$REPO/test/bench/scale_truth.py" "$W/queries.fvecs" 10 "$ROWS" "$W/truth.tsv" "${parts[@]}" > "$W/truth.log" 2>&1 &
+	truth_pid=$!
+fi
+gens=()
+for ((k = 0; k < STREAMS; k++)); do
+	as_pg "psql -X -q -c \"COPY items FROM '$W/copy$k.bin' WITH (FORMAT binary)\"" > "$W/copy$k.log" 2>&1 &
+	gens+=($!)
+	"$W/gpuivf_gen" --rows "$ROWS" --dims "$DIMS" --part "$k/$STREAMS" --base "$W/copy$k.bin" \
+		${parts[$k]:+--base "${parts[$k]}"} > /dev/null &
+	gens+=($!)
+done
+wait "${gens[@]}"
+t1=$(now)
+[ -n "$truth_pid" ] && wait "$truth_pid"
+t2=$(now)
+sql "COPY queries FROM '$W/queries.bin' WITH (FORMAT binary);" || exit 1
+if [ -f "$W/truth.tsv" ]; then
+	chown "$PGUSER_OS" "$W/truth.tsv"
+	sql "COPY truth FROM '$W/truth.tsv';"
+else
+	echo "no exact results (numpy missing): recall not measured" > "$W/truth.log"
+fi
+sql "VACUUM ANALYZE items; VACUUM ANALYZE queries;"
+t3=$(now)
+LOAD_S=$(secs "$t0" "$t1")
+VACUUM_S=$(secs "$t2" "$t3")
+HEAP=$(sql "SELECT pg_size_pretty(pg_table_size('items'))")
+say "   loaded $(sql "SELECT count(*) FROM items") rows in ${LOAD_S}s ($STREAMS COPY streams), truth $(tail -1 "$W/truth.log") after $(secs "$t1" "$t2")s more, VACUUM ANALYZE ${VACUUM_S}s; table $HEAP"
+
+# ------------------------------------------------------------ 2. the build
+with="rerank = $RERANK"
+[ "$LISTS" != 0 ] && with="$with, lists = $LISTS"
+say "2. CREATE INDEX USING gpuivf WITH ($with), $WORKERS workers, maintenance_work_mem $MWM"
+mem_sampler &
+mem_pid=$!
+t0=$(now)
+sql "SET gpuivf.device = gpu; SET client_min_messages = debug1; CREATE INDEX items_gpuivf ON items USING gpuivf (v) WITH ($with);" 2> "$W/build.log" || { tail -5 "$W/build.log"; }
+t1=$(now)
+touch "$W/mem.stop"; wait "$mem_pid"
+BUILD_S=$(secs "$t0" "$t1")
+BUILD_MEM=$(cat "$W/mem.txt" 2>/dev/null)
+PHASES=$(grep -ho 'gpuivf build of "[^"]*": [0-9]* rows.*' "$W/build.log" | sed 's/^gpuivf build of "[^"]*": //')
+CALIB=$(grep -ho 'calibrated on .*' "$W/build.log" | head -1)
+INDEX_SIZE=$(sql "SELECT pg_size_pretty(pg_relation_size('items_gpuivf'))")
+INDEX_BYTES=$(sql "SELECT pg_relation_size('items_gpuivf')")
+INFO=$(sql "SELECT format('lists %s, pq_m %s, probes %s', i->>'lists', i->>'pq_m', i->'probes'->>'in_use') FROM (SELECT gpuivf_index_info('items_gpuivf') i) s")
+say "   ${BUILD_S}s, index $INDEX_SIZE ($INFO); $BUILD_MEM"
+say "   phases: $PHASES"
+say "   calibration: $CALIB"
+grep -h 'NOTICE\|ERROR' "$W/build.log" | head -5 | tee -a "$OUT/progress.txt"
+echo "system,params,rows,dims,build_s,index_bytes" > "$OUT/build.csv"
+echo "gpuivf,\"$with; $WORKERS workers\",$ROWS,$DIMS,$BUILD_S,${INDEX_BYTES:-0}" >> "$OUT/build.csv"
+
+# ---------------------------------------------- 3. recall and throughput
+cat > "$W/knn.sql" <<EOF
+\set q random(0, $((NQ - 1)))
+SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE id = :q) LIMIT 10;
+EOF
+chown "$PGUSER_OS" "$W/knn.sql"
+recall() {   # settings -> recall@10 over all queries ("-" without exact results)
+	[ "$(sql "SELECT count(*) > 0 FROM truth")" = t ] || { echo "-"; return; }
+	sql "$1 SELECT round(avg(hit), 4) FROM (SELECT (SELECT count(*) FROM truth t WHERE t.qid = q.id AND t.id = ANY (
+	       ARRAY(SELECT i.id FROM items i ORDER BY i.v <-> q.v LIMIT 10))) / 10.0 AS hit FROM queries q) s"
+}
+# pgbench LABEL CLIENTS SCRIPT OPTIONS -> "tps p50 p99" (ms, from the transaction log)
+bench() {
+	local c=$2 j=$(($2 < 16 ? $2 : 16))
+	rm -f "$W"/pgb_"$1"*
+	as_pg "PGOPTIONS='$4' pgbench -n -M prepared -c $c -j $j -T $BENCH_S -l --log-prefix=$W/pgb_$1 -f $3 postgres" > "$W/pgbench_$1.log" 2>&1
+	local tps
+	tps=$(awk '/^tps/ { printf "%.0f", $3; exit }' "$W/pgbench_$1.log")
+	cat "$W"/pgb_"$1"* 2>/dev/null | awk '{ print $3 / 1000.0 }' | sort -n |
+		awk -v tps="${tps:-0}" '{ a[NR] = $1 } END { if (NR) printf "%s %.3f %.3f\n", tps, a[int(NR * 0.5) + 1], a[int(NR * 0.99) + 1]; else print tps " - -" }'
+}
+echo "system,device,params,rows,dims,queries,metric,knob,value,clients,recall_at_10,qps,lat_avg_ms,lat_p50_ms,lat_p99_ms" > "$OUT/results.csv"
+declare -A RES
+for target in $TARGETS; do
+	[ "$(left)" -lt 60 ] && { say "3. SKIPPED target $target: out of time"; continue; }
+	set_t="SET gpuivf.device = gpu; SET gpuivf.target_recall = $target;"
+	probes=$(sql "LOAD 'gpuivf'; $set_t SELECT gpuivf_index_info('items_gpuivf') -> 'probes' ->> 'in_use'")
+	r=$(recall "$set_t")
+	say "3. target $target: probes $probes, recall@10 $r"
+	for c in $CLIENTS; do
+		read -r tps p50 p99 <<< "$(bench "t${target}_c$c" "$c" "$W/knn.sql" "-c gpuivf.device=gpu -c gpuivf.target_recall=$target")"
+		RES["$target,$c"]="$r $probes $tps $p50 $p99"
+		say "   $c clients: $tps QPS, p50 $p50 ms, p99 $p99 ms"
+		echo "gpuivf,gpu,\"$with\",$ROWS,$DIMS,$NQ,l2,target_recall,$target,$c,$r,$tps,0,$p50,$p99" >> "$OUT/results.csv"
+	done
+done
+
+# ------------------------------- 3b. an index twice the GPU memory limit
+HOST="not run"
+if [ "$HOST_RERANK" = 1 ] && [ "$RERANK" = true ] && [ "$(left)" -gt $((3 * BENCH_S + 60)) ]; then
+	target=${TARGETS%% *}
+	full=$(sql "SELECT max((e->>'bytes')::bigint) FROM jsonb_array_elements(gpuivf_index_info('items_gpuivf') -> 'gpu_cache') e")
+	if [ -n "$full" ] && [ "$full" -gt 0 ]; then
+		sql "ALTER SYSTEM SET gpuivf.gpu_memory_limit = '$((full / 2048))kB'; SELECT pg_reload_conf();" >/dev/null
+		sleep 2
+		set_t="SET gpuivf.device = gpu; SET gpuivf.target_recall = $target;"
+		r=$(recall "$set_t")
+		HOST="gpu_memory_limit $((full / 2048 / 1024)) MB (the copy with vectors: $((full >> 20)) MB); recall@10 $r"
+		for c in $CLIENTS; do
+			read -r tps p50 p99 <<< "$(bench "host_c$c" "$c" "$W/knn.sql" "-c gpuivf.device=gpu -c gpuivf.target_recall=$target")"
+			HOST="$HOST; $c clients $tps QPS (p50 $p50, p99 $p99 ms)"
+			echo "gpuivf host re-rank,gpu,\"$with; gpu_memory_limit $((full / 2048))kB\",$ROWS,$DIMS,$NQ,l2,target_recall,$target,$c,$r,$tps,0,$p50,$p99" >> "$OUT/results.csv"
+		done
+		where=$(sql "SELECT string_agg(format('%s MB, rerank %s', (e->>'bytes')::bigint >> 20, e->>'rerank'), '; ') FROM jsonb_array_elements(gpuivf_index_info('items_gpuivf') -> 'gpu_cache') e")
+		HOST="$HOST; GPU copies after: $where"
+		sql "ALTER SYSTEM RESET gpuivf.gpu_memory_limit; SELECT pg_reload_conf();" >/dev/null
+		sleep 2
+	else
+		HOST="not run: the index has no GPU copy"
+	fi
+	say "3b. index over the GPU limit, target $target: $HOST"
+fi
+
+# ------------------------------------------------------------- 4. inserts
+INSERTS="not run"
+if [ "$INSERTERS" -gt 0 ] && [ "$(left)" -gt $((BENCH_S + 40)) ]; then
+	sql "CREATE SEQUENCE ins_ids START 1000000000;"
+	cat > "$W/ins.sql" <<EOF
+\set q random(0, $((NQ - 1)))
+INSERT INTO items SELECT nextval('ins_ids'), ARRAY(SELECT x + 0.01 * (random() - 0.5) FROM unnest(v) x)::real[] FROM queries WHERE id = :q;
+EOF
+	chown "$PGUSER_OS" "$W/ins.sql"
+	bench ins "$INSERTERS" "$W/ins.sql" "" > "$W/ins.res" &
+	ins_pid=$!
+	read -r qtps qp50 qp99 <<< "$(bench mixq 64 "$W/knn.sql" "-c gpuivf.device=gpu")"
+	wait "$ins_pid"
+	read -r itps _ ip99 < "$W/ins.res"
+	fresh=0
+	for k in $(seq 1 20); do
+		got=$(sql "INSERT INTO items SELECT -$k, ARRAY(SELECT x + 0.5 FROM unnest(v) x)::real[] FROM queries WHERE id = $k;
+		           SET gpuivf.device = gpu; SELECT id FROM items ORDER BY v <-> (SELECT ARRAY(SELECT x + 0.5 FROM unnest(v) x)::real[] FROM queries WHERE id = $k) LIMIT 1;" 2>&1)
+		[ "$got" = "-$k" ] && fresh=$((fresh + 1))
+	done
+	INSERTS="$INSERTERS inserting: $itps rows/s (p99 $ip99 ms); 64 querying meanwhile: $qtps QPS, p99 $qp99 ms; committed rows found by the next GPU query: $fresh of 20"
+	say "4. $INSERTS"
+fi
+
+# ------------------------------------------------------------ 5. pgvector
+PGV="not run"
+if [ "$PGVECTOR" = 1 ] && [ "$(sql "SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'")" = 1 ] && [ "$(left)" -gt 90 ]; then
+	t0=$(now)
+	sql "CREATE EXTENSION vector; CREATE TABLE items_v (id bigint, v $PGV_TYPE($DIMS));"
+	for ((k = 0; k < STREAMS; k++)); do
+		sql "INSERT INTO items_v SELECT id, v::vector($DIMS)::$PGV_TYPE($DIMS) FROM items WHERE id >= 0 AND id < $ROWS AND id % $STREAMS = $k;" &
+	done
+	wait
+	sql "VACUUM ANALYZE items_v;"
+	say "5. pgvector: $PGV_TYPE($DIMS) copy of the table in $(secs "$t0" "$(now)")s"
+	# pgvector_build NAME DDL -> a line: time, or how far it got when cut short
+	pgvector_build() {
+		local budget=$(( $(left) - 20 )) t0 res prog
+		[ "$budget" -lt 30 ] && { echo "$1 not run: out of time"; return; }
+		t0=$(now)
+		( while sleep 5; do sql "SELECT format('%s s: %s, blocks %s/%s, tuples %s/%s', round(extract(epoch FROM now() - a.query_start)), p.phase, p.blocks_done, p.blocks_total, p.tuples_done, p.tuples_total) FROM pg_stat_progress_create_index p JOIN pg_stat_activity a USING (pid)" >> "$W/progress_$1.txt" 2>/dev/null; done ) &
+		local mon=$!
+		res=$(sql "SET maintenance_work_mem = '$HNSW_MWM'; SET max_parallel_maintenance_workers = $WORKERS; SET statement_timeout = '${budget}s'; $2" 2>&1)
+		kill "$mon" 2>/dev/null; wait "$mon" 2>/dev/null
+		prog=$(grep -v '^$' "$W/progress_$1.txt" 2>/dev/null | tail -1)
+		if echo "$res" | grep -q ERROR; then
+			echo "$1 cut short after $(secs "$t0" "$(now)")s ($(echo "$res" | grep -o 'ERROR.*' | head -1)); last progress: $prog"
+		else
+			echo "$1 built in $(secs "$t0" "$(now)")s, $(sql "SELECT pg_size_pretty(pg_relation_size('items_v_$1'))")"
+		fi
+	}
+	lists_v=$([ "$LISTS" != 0 ] && echo "$LISTS" || awk "BEGIN { n = $ROWS; print (n <= 1000000 ? int(n / 1000) : int(sqrt(n))) }")
+	H=$(pgvector_build hnsw "CREATE INDEX items_v_hnsw ON items_v USING hnsw (v ${PGV_TYPE}_l2_ops) WITH (m = 16, ef_construction = 64);")
+	say "   $H"
+	I=$(pgvector_build ivfflat "CREATE INDEX items_v_ivfflat ON items_v USING ivfflat (v ${PGV_TYPE}_l2_ops) WITH (lists = $lists_v);")
+	say "   $I"
+	PGV="$H; $I"
+fi
+
+# ------------------------------------------------------------- summary
+{
+	echo "# gpuivf at $ROWS x $DIMS ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"
+	echo
+	echo "| | |"
+	echo "|---|---|"
+	echo "| load ($STREAMS binary COPY streams) | ${LOAD_S} s (VACUUM ANALYZE ${VACUUM_S} s), table $HEAP |"
+	echo "| CREATE INDEX ($with, $WORKERS workers) | ${BUILD_S} s, index $INDEX_SIZE |"
+	echo "| build phases | $PHASES |"
+	echo "| calibration | $CALIB |"
+	echo "| peak memory during the build | $BUILD_MEM |"
+	for target in $TARGETS; do
+		for c in $CLIENTS; do
+			[ -n "${RES[$target,$c]:-}" ] || continue
+			read -r r probes tps p50 p99 <<< "${RES[$target,$c]}"
+			echo "| target $target: probes $probes, recall@10 $r, $c clients | $tps QPS, p50 $p50 ms, p99 $p99 ms |"
+		done
+	done
+	echo "| index twice the GPU limit (codes on the GPU, re-rank on the host) | $HOST |"
+	echo "| inserts | $INSERTS |"
+	echo "| pgvector | $PGV |"
+	echo
+	echo "elapsed $(( $(date +%s) - started )) s"
+} > "$OUT/summary.md"
+cat "$OUT/summary.md"
+python3 "$REPO/test/bench/plot.py" "$OUT" >/dev/null 2>&1 || true
+cp "$W/build.log" "$W/server.log" "$OUT/" 2>/dev/null
+as_pg "pg_ctl -D $W/data -m fast -w stop >/dev/null"
