@@ -453,14 +453,18 @@ GetCopy(const GpuivfRequestSlot *req, uint64 generation)
     ix->last_used = ++UseTick;
     ix->last_used_at = GetCurrentTimestamp();
 
-    /* the limit may have been lowered since (reload): evict down to it */
-    if (ix->gindex != NULL)
+    /*
+     * The limit may have been lowered since (reload): evict down to it,
+     * whether or not this request's copy is loaded (a lowered limit can move
+     * the index to another placement, codes_only, whose copy is new while
+     * the old one stays over the limit).
+     */
     {
         int64       limit = GpuivfShmem->workers[GpuivfMyWorker].memory_limit;
 
         while (CachedBytes(NULL) > limit && EvictOne(ix))
             ;
-        if (ix->device_bytes > limit)
+        if (ix->gindex != NULL && ix->device_bytes > limit)
         {
             int64       need = ix->device_bytes;
 
