@@ -67,7 +67,7 @@ struct ProgressHook {
 };
 
 /* Limits shared by every layer. */
-constexpr int kMaxDims = 2000;       /* a float4 vector must fit one page */
+constexpr int kMaxDims = 16000;      /* pgvector's limit for vector and halfvec */
 constexpr int kMaxLists = 65536;
 constexpr int kMaxPqM = 1024;
 constexpr int kMaxK = 1024;          /* k-selection bound (GPU WarpSelect too) */
@@ -115,6 +115,21 @@ double metric_distance(Metric m, const float *a, const float *b, int d) noexcept
 /* The vector the index trains on and encodes: a copy for L2 and IP, the unit
  * vector for cosine.  Returns false (and copies) when the norm is zero. */
 bool prepare_vector(Metric m, const float *in, float *out, int d) noexcept;
+
+/* ------------------------------------------------------- half precision */
+
+/*
+ * IEEE binary16 ("half", pgvector's halfvec element) as raw uint16 bits.
+ * Widening is exact, so the distance of half vectors is the float32 distance
+ * of the widened values (one definition for every engine).  Narrowing rounds
+ * to nearest, ties to even; a value that came from a half narrows back to
+ * itself.  The _n forms convert arrays (F16C where the CPU has it, the same
+ * bits).
+ */
+float half_to_float(uint16_t h) noexcept;
+uint16_t float_to_half(float f) noexcept;
+void half_to_float_n(const uint16_t *in, float *out, int64_t n) noexcept;
+void float_to_half_n(const float *in, uint16_t *out, int64_t n) noexcept;
 
 /* ------------------------------------------------------------ k-selection */
 
