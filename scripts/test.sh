@@ -9,7 +9,8 @@
 #    and installs the extension; builds and installs Citus from the source
 #    in ../shared/vendor when the server lacks it (about 4 minutes on 2
 #    cores; GPUIVF_CITUS=0 skips it; the Citus tests report themselves
-#    skipped, with the reason, when it is not there);
+#    skipped, with the reason, when it is not there) and pgvector likewise
+#    (the tests on pgvector's types report themselves skipped when it cannot);
 # 3. runs the unit tests (ctest; GPU tests report themselves skipped without a
 #    GPU), pg_regress (make installcheck against a throwaway cluster) and the
 #    TAP tests (test/t), PostgreSQL always running as an unprivileged user;
@@ -57,6 +58,8 @@ if [ "${GPUIVF_CITUS:-1}" = 0 ]; then
 else
 	ensure_vendored citus citus CITUS_MISSING
 fi
+say "pgvector"
+ensure_vendored pgvector vector PGVECTOR_MISSING
 
 # As root, everything is built and tested in a copy of the tree owned by the
 # unprivileged user (PostgreSQL refuses root, and tests write into the tree
@@ -133,6 +136,7 @@ tap_args=()
 [ -n "${GPUIVF_TAP_TESTS:-}" ] && tap_args=(PROVE_TESTS="$GPUIVF_TAP_TESTS")
 as_pg env ${GPUIVF_DATA_DIR:+GPUIVF_DATA_DIR="$GPUIVF_DATA_DIR"} \
 	${CITUS_MISSING:+CITUS_MISSING="$CITUS_MISSING"} \
+	${PGVECTOR_MISSING:+PGVECTOR_MISSING="$PGVECTOR_MISSING"} \
 	make -C "$TREE" installcheck REGRESS= PG_CONFIG="$PG_BIN/pg_config" \
 	PROVE_FLAGS="-I ./test/perl -v" "${tap_args[@]}" 2>&1 | tee "$TAP_LOG"
 # Assertions: "ok N" / "not ok N" (TODO items count as passed, "# skip" as

@@ -18,6 +18,8 @@ use warnings;
 use Carp;
 use Cwd qw(abs_path);
 use File::Basename qw(dirname);
+use File::Copy ();
+use File::Path ();
 use File::Spec;
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
@@ -32,7 +34,7 @@ our @EXPORT = qw(
   exact_settings assert_index_scan shared_data_dir start_pgbench finish_pgbench
   metric_operator metric_opclass count_via_index poll_until fake_gpu_engine fake_gpu_node worker_stat
   wait_worker_ready
-  grouped_items_sql worker_knn_pgbench knn_answer count_same
+  grouped_items_sql worker_knn_pgbench knn_answer count_same pgvector_missing pgvector_node node_client_dir
 );
 
 # The repository root: this file is test/perl/GpuivfTest.pm.
@@ -525,6 +527,77 @@ SELECT id FROM items ORDER BY v <-> (SELECT v FROM items WHERE id = :id LIMIT 1)
 	my ($rc, $out, $err) = finish_pgbench($bench);
 	my ($q1, $b1) = $counts->();
 	return ($rc, $err, $q1 - $q0, $b1 - $b0);
+}
+
+# Why pgvector (the `vector` extension) cannot be used by this PostgreSQL,
+# or undef when it can: the tests on pgvector's types skip themselves with
+# this reason.  scripts/test.sh builds pgvector from ../shared/vendor when it
+# can and passes its reason for not doing so in PGVECTOR_MISSING.
+sub pgvector_missing
+{
+	my ($sharedir) = run_tool('pg_config', '--sharedir') =~ /^(.*?)\s*$/;
+	return undef if -f "$sharedir/extension/vector.control";
+	return $ENV{PGVECTOR_MISSING}
+	  // "pgvector (the vector extension) is not installed in $sharedir: install "
+	  . 'postgresql-15-pgvector, or run scripts/test.sh, which builds it from ../shared/vendor';
+}
+
+# gpuivf_node with CREATE EXTENSION gpuivf_vector CASCADE (pgvector's vector
+# and the operator classes) done too; the caller checked pgvector_missing.
+sub pgvector_node
+{
+	my ($name, %opts) = @_;
+	my $node = gpuivf_node($name, %opts);
+	$node->safe_psql('postgres', 'CREATE EXTENSION gpuivf_vector CASCADE');
+	return $node;
+}
+
+# The client programs of test/client with their npm packages installed
+# (`npm ci`, versions pinned by test/client/package-lock.json) into a
+# directory outside the source tree's tracked files: $GPUIVF_NODE_CLIENT_DIR,
+# else tmp_check/node_client.  Reused while the lock file is unchanged.
+# Returns (dir, undef), or (undef, why) when node/npm are absent or the
+# packages cannot be installed (no network to the npm registry).
+sub node_client_dir
+{
+	for my $tool ('node', 'npm')
+	{
+		return (undef, "$tool is not installed (the client tests need Node.js 20 or later and npm)")
+		  unless grep { -x "$_/$tool" } split /:/, $ENV{PATH};
+	}
+	my ($version) = run_tool('node', '--version') =~ /^v(\d+)/;
+	return (undef, "node $version is too old (the client tests need Node.js 20 or later)")
+	  if $version < 20;
+	my $src = File::Spec->catdir(repo_root(), 'test', 'client');
+	my $dir = $ENV{GPUIVF_NODE_CLIENT_DIR}
+	  // File::Spec->catdir(repo_root(), 'tmp_check', 'node_client');
+	my $lock = slurp_raw("$src/package-lock.json");
+	my $stamp = "$dir/.installed-lock";
+	if (!-f $stamp || slurp_raw($stamp) ne $lock)
+	{
+		File::Path::make_path($dir);
+		unlink $stamp;
+		for my $f (glob("$src/*"))
+		{
+			File::Copy::copy($f, $dir) or croak "cannot copy $f to $dir: $!";
+		}
+		note "installing the client packages into $dir (npm ci)";
+		my ($out, $err) = ('', '');
+		my $ok = IPC::Run::run([ 'npm', 'ci', '--no-audit', '--no-fund', '--loglevel=error' ],
+			'>', \$out, '2>', \$err, init => sub { chdir $dir or die "chdir $dir: $!" });
+		if (!$ok)
+		{
+			note $err;
+			return (undef, 'npm ci of test/client/package-lock.json failed (is the npm registry reachable?)');
+		}
+		PostgreSQL::Test::Utils::append_to_file($stamp, $lock);
+	}
+	else
+	{
+		# the programs may have changed without the lock file
+		File::Copy::copy($_, $dir) for glob("$src/*.mjs");
+	}
+	return ($dir, undef);
 }
 
 1;
