@@ -7,7 +7,13 @@
 # the development machine, carried with PostgreSQL in a pgkit folder (see
 # ../shared/device/README.md), the same folder test/gpu/worker_end_to_end.sh uses:
 #   KIT/pgkit.sh, KIT/pgkit.tar.xz, KIT/gpuivf.so, KIT/gpuivf_gpu.so, and
-#   optionally KIT/gpuivf_gen, KIT/gpuivf_gt (else compiled here with g++).
+#   optionally KIT/gpuivf_gen, KIT/gpuivf_gt (else compiled here with g++),
+#   and KIT/build.sh with KIT/pgvector-*.tar.gz (copies of ../shared/vendor's):
+#   pgvector is then built here against the kit's PostgreSQL (its users'
+#   build: -march=native, no JIT bitcode) and measured next to gpuivf.
+# DATA=numpy generates the data with numpy and the ground truth with torch on
+# the GPU (test/gpu/gpuivf_device.py fvecs): seconds at 1M x 768, where
+# gpuivf_gen and gpuivf_gt take minutes.
 #
 # On the device, from the repository root (as root; PostgreSQL runs as the
 # kit's user pgrun):
@@ -17,7 +23,7 @@
 # about twice the time), SECONDS_PER_POINT (4), OUT (/tmp/gpuivf-bench-device),
 # TIME_LIMIT (seconds test/bench/run may measure: 510 minus the set-up here).
 # Extra arguments after KIT go to test/bench/run as they are.
-# Locally, as a dry run against the installed PostgreSQL and gpuivf:
+# Locally, as a dry run against the installed PostgreSQL (PG_CONFIG's) and gpuivf:
 #   GPUIVF_LOCAL=1 ROWS=20000 DIMS=64 QUERIES=200 CLIENTS=1,4 SECONDS_PER_POINT=1 \
 #     bash test/bench/bench_on_gpu.sh .device-worker
 # Sized for the 10-minute command limit: about 5-7 minutes at 1M x 128 with
@@ -45,7 +51,7 @@ if [ -n "${GPUIVF_LOCAL:-}" ]; then
 	# a dry run of this script on the development machine: the installed
 	# PostgreSQL and gpuivf, run by the user postgres; nothing is installed
 	PG_USER_OS=postgres
-	export PATH=/usr/lib/postgresql/15/bin:$PATH
+	export PATH=$(dirname "${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}"):$PATH
 else
 	if [ ! -f "$KIT/pgkit.sh" ] || [ ! -f "$KIT/pgkit.tar.xz" ] || [ ! -f "$KIT/gpuivf.so" ]; then
 		echo "error: $KIT must hold pgkit.sh, pgkit.tar.xz and gpuivf.so (see the header of $0)" >&2
@@ -62,7 +68,12 @@ else
 	else
 		echo "WARNING: $KIT/gpuivf_gpu.so is missing: the GPU worker will have no engine" >&2
 	fi
-	cp gpuivf.control sql/gpuivf--0.1.0.sql "$SHAREDIR/extension/" || exit 1
+	cp gpuivf.control gpuivf_vector.control sql/gpuivf--0.1.0.sql sql/gpuivf_vector--0.1.0.sql \
+		"$SHAREDIR/extension/" || exit 1
+	if [ -f "$KIT/build.sh" ] && ls "$KIT"/pgvector-*.tar.gz >/dev/null 2>&1; then
+		say "building pgvector from $(ls "$KIT"/pgvector-*.tar.gz) against $(pg_config --version)"
+		PG_CONFIG=$(command -v pg_config) bash "$KIT/build.sh" pgvector || exit 1
+	fi
 fi
 nvidia-smi -L 2>&1 | head -4
 
@@ -77,6 +88,15 @@ else
 	g++ -O2 -std=c++17 -pthread -o "$TOOLS/gpuivf_gt" test/tools/gpuivf_gt.cpp || exit 1
 fi
 export GPUIVF_TOOLS_DIR=$TOOLS
+DATA_ARGS=()
+if [ "${DATA:-}" = numpy ]; then
+	DATASET=/tmp/gpuivf-bench-data
+	rm -rf "$DATASET" && mkdir -p "$DATASET"
+	say "data: numpy, $ROWS x $DIMS and $QUERIES queries, ground truth on the GPU (torch) when it can"
+	"${PY:-python3}" test/gpu/gpuivf_device.py fvecs "$DATASET" "$ROWS" "$DIMS" "$QUERIES" || exit 1
+	chmod -R a+rX "$DATASET"
+	DATA_ARGS=(--dataset "$DATASET")
+fi
 
 # ------------------------------------------------------ the benchmark
 # test/bench/run runs as root here and starts PostgreSQL as pgrun (runuser,
@@ -89,7 +109,7 @@ export GPUIVF_PG_USER=$PG_USER_OS TMPDIR=/tmp
 # the outputs are written within the device's 10-minute command limit.
 TIME_LIMIT=${TIME_LIMIT:-$((510 - ($(date +%s) - started)))}
 say "test/bench/run: $ROWS x $DIMS, $QUERIES queries, clients $CLIENTS, device $DEVICE, time limit ${TIME_LIMIT}s"
-perl test/bench/run --rows "$ROWS" --dims "$DIMS" --queries "$QUERIES" --clients "$CLIENTS" \
+perl test/bench/run --rows "$ROWS" --dims "$DIMS" --queries "$QUERIES" --clients "$CLIENTS" "${DATA_ARGS[@]}" \
 	--device "$DEVICE" --seconds "$SECONDS_PER_POINT" --shared-buffers 16GB --port 5840 \
 	--time-limit "$TIME_LIMIT" --out "$OUT/bench" "$@"
 rc=$?

@@ -6,6 +6,10 @@
                               OUTDIR/queries.bin (qid bigint, v real[]); with K,
                               also OUTDIR/gt.txt, every query's exact top-K (L2)
                               as "qid|{ids}|{distances}" lines
+  fvecs OUTDIR ROWS DIMS NQ   the same vectors as a data set for test/bench/run
+                              --dataset: OUTDIR/gen_base.fvecs, gen_query.fvecs and
+                              gen_groundtruth.ivecs (exact L2 top-100, float64 on the
+                              GPU with torch when there is one, else numpy)
   compare A B                 two files of "qid|{ids}|{distances}" lines: how many
                               queries have identical ids (in order), identical id
                               sets, and the max distance difference
@@ -70,20 +74,66 @@ def exact_topk(base, qs, k, chunk=200000):
 
 
 def gen(outdir, n, d, nq, k=0):
-    rng = np.random.default_rng(20261121)
-    nc = 1000
-    centers = rng.normal(0.0, 1.0, size=(nc, d)).astype(np.float32)
-    scale = 0.35
-    base = centers[rng.integers(0, nc, size=n)] + rng.normal(0.0, scale, size=(n, d)).astype(np.float32)
-    qs = centers[rng.integers(0, nc, size=nq)] + rng.normal(0.0, scale, size=(nq, d)).astype(np.float32)
-    copy_binary(outdir + '/base.bin', np.arange(n, dtype=np.int64), base.astype(np.float32), 'int8')
-    copy_binary(outdir + '/queries.bin', np.arange(nq, dtype=np.int64), qs.astype(np.float32), 'int8')
+    base, qs = clustered(n, d, nq)
+    copy_binary(outdir + '/base.bin', np.arange(n, dtype=np.int64), base, 'int8')
+    copy_binary(outdir + '/queries.bin', np.arange(nq, dtype=np.int64), qs, 'int8')
     if k > 0:
         ids, dist = exact_topk(base, qs, k)
         with open(outdir + '/gt.txt', 'w') as f:
             for q in range(nq):
                 f.write('%d|{%s}|{%s}\n' % (q, ','.join(str(i) for i in ids[q]),
                                              ','.join(repr(float(x)) for x in dist[q])))
+
+
+def clustered(n, d, nq):
+    rng = np.random.default_rng(20261121)
+    nc = 1000
+    centers = rng.normal(0.0, 1.0, size=(nc, d)).astype(np.float32)
+    scale = 0.35
+    base = centers[rng.integers(0, nc, size=n)] + rng.normal(0.0, scale, size=(n, d)).astype(np.float32)
+    qs = centers[rng.integers(0, nc, size=nq)] + rng.normal(0.0, scale, size=(nq, d)).astype(np.float32)
+    return base.astype(np.float32), qs.astype(np.float32)
+
+
+def write_vecs(path, x, dtype):
+    n, d = x.shape
+    out = np.empty((n, d + 1), dtype=np.int32)
+    out[:, 0] = d
+    out[:, 1:] = x.astype(dtype).view(np.int32)
+    out.tofile(path)
+
+
+def exact_top(base, qs, k):
+    """Exact L2 top-k ids of every query (float64 sums: no near-tie swaps)."""
+    try:
+        import torch
+        if torch.cuda.is_available():
+            q = torch.from_numpy(qs).double().cuda()
+            qn = (q * q).sum(1, keepdim=True)
+            best_d = best_i = None
+            for s in range(0, len(base), 200000):
+                b = torch.from_numpy(base[s:s + 200000]).double().cuda()
+                dist = qn - 2 * q @ b.T + (b * b).sum(1)[None, :]
+                d, i = torch.topk(dist, min(k, dist.shape[1]), dim=1, largest=False)
+                i += s
+                if best_d is None:
+                    best_d, best_i = d, i
+                else:
+                    d = torch.cat([best_d, d], 1)
+                    i = torch.cat([best_i, i], 1)
+                    best_d, j = torch.topk(d, k, dim=1, largest=False)
+                    best_i = torch.gather(i, 1, j)
+            return best_i.cpu().numpy().astype(np.int32)
+    except ImportError:
+        pass
+    return exact_topk(base, qs, k)[0].astype(np.int32)
+
+
+def fvecs(outdir, n, d, nq):
+    base, qs = clustered(n, d, nq)
+    write_vecs(outdir + '/gen_base.fvecs', base, np.float32)
+    write_vecs(outdir + '/gen_query.fvecs', qs, np.float32)
+    write_vecs(outdir + '/gen_groundtruth.ivecs', exact_top(base, qs, 100), np.int32)
 
 
 def read_results(path):
@@ -161,6 +211,8 @@ if __name__ == '__main__':
     if cmd == 'gen':
         gen(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
             int(sys.argv[6]) if len(sys.argv) > 6 else 0)
+    elif cmd == 'fvecs':
+        fvecs(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
     elif cmd == 'compare':
         compare(sys.argv[2], sys.argv[3])
     elif cmd == 'recall':
