@@ -5,10 +5,13 @@
 # cuda/ when nvcc is present) are built by CMake into static PIC libraries
 # under build/ and linked into gpuivf.so.
 
-EXTENSION   = gpuivf
+# gpuivf_vector holds the operator classes for pgvector's vector and halfvec
+# (its control file requires gpuivf and vector); its functions are in
+# gpuivf.so, which does not link pgvector.
+EXTENSION   = gpuivf gpuivf_vector
 EXTVERSION  = 0.1.0
 MODULE_big  = gpuivf
-DATA        = sql/gpuivf--$(EXTVERSION).sql
+DATA        = sql/gpuivf--$(EXTVERSION).sql sql/gpuivf_vector--$(EXTVERSION).sql
 PGFILEDESC  = "gpuivf - IVF-PQ vector index with a GPU engine"
 
 # src/pg and its module folders (src/pg/gpuivf.h is the map)
@@ -21,7 +24,7 @@ OBJS = $(patsubst %.cpp,%.o,$(PG_SOURCES))
 # and REGRESS_OPTS can be given on the command line, e.g.
 #   make installcheck REGRESS_OPTS="--host=/tmp --port=5492 --user=postgres"
 #   make installcheck REGRESS="exact vacuum"
-REGRESS      = $(sort $(filter-out gpuivf--%,$(basename $(notdir $(wildcard sql/*.sql)))))
+REGRESS      = $(sort $(filter-out gpuivf--% gpuivf_vector--%,$(basename $(notdir $(wildcard sql/*.sql)))))
 
 # TAP tests (PostgreSQL::Test::Cluster) under test/t; they need a writable
 # source tree (tmp_check/) and a non-root user (initdb refuses root):
