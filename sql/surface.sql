@@ -104,11 +104,17 @@ INSERT INTO surface_items VALUES (400, '{1,2,3}');
 INSERT INTO surface_items VALUES (401, '{1,2,3,4,5,6,7,Infinity}');
 INSERT INTO surface_items VALUES (402, '{1,2,3,4,NULL,6,7,8}');
 SELECT pg_temp.sqlstate_of($$INSERT INTO surface_items VALUES (400, '{1,2,3}')$$);
--- more than 2000 dimensions cannot be indexed
+-- more than 16000 dimensions (pgvector's limit) cannot be indexed
 CREATE TABLE surface_wide (v real[]);
-INSERT INTO surface_wide SELECT array_fill(1::real, ARRAY[2001]);
+INSERT INTO surface_wide SELECT array_fill(1::real, ARRAY[16001]);
 CREATE INDEX ON surface_wide USING gpuivf (v);
 SELECT pg_temp.sqlstate_of($$CREATE INDEX ON surface_wide USING gpuivf (v)$$);
+-- vectors larger than an index page must be re-ranked from the table
+TRUNCATE surface_wide;
+INSERT INTO surface_wide SELECT array_fill(1::real, ARRAY[2037]);
+CREATE INDEX ON surface_wide USING gpuivf (v) WITH (rerank_from = 'index');
+SELECT pg_temp.sqlstate_of($$CREATE INDEX ON surface_wide USING gpuivf (v) WITH (rerank_from = 'index')$$);
+CREATE INDEX ON surface_wide USING gpuivf (v) WITH (rerank_from = 'nowhere');
 -- the access method only orders: no quals, no bitmap scans, no uniqueness
 CREATE UNIQUE INDEX ON surface_items USING gpuivf (v);
 CREATE INDEX ON surface_items USING gpuivf (v, v);

@@ -71,7 +71,7 @@ enum {
 };
 
 /* Limits (the same as src/core's). */
-#define GPUIVF_CUDA_MAX_DIMS 2000
+#define GPUIVF_CUDA_MAX_DIMS 16000
 #define GPUIVF_CUDA_MAX_K 1024      /* k-selection bound */
 #define GPUIVF_CUDA_MAX_LISTS 65536
 #define GPUIVF_CUDA_MAX_NPROBE 1024
@@ -232,10 +232,20 @@ gpuivf_cuda_status gpuivf_cuda_ivfpq_encode(gpuivf_cuda_resources *res, const gp
 
 typedef struct gpuivf_cuda_index gpuivf_cuda_index;
 
+/* How a device index keeps the raw vectors of its exact re-rank. */
+enum {
+    GPUIVF_CUDA_VECTORS_NONE = 0,    /* none: searches return ADC order */
+    GPUIVF_CUDA_VECTORS_FLOAT32 = 1,
+    GPUIVF_CUDA_VECTORS_FLOAT16 = 2  /* IEEE binary16 (pgvector's halfvec): half the memory;
+                                        the re-rank's distances are those of the exactly
+                                        widened values (src/core's) */
+};
+
 /*
  * A device copy of an IVF-PQ index: the model, and per list its codes, 64-bit
- * ids and (store_vectors) raw vectors for exact re-ranking, in CSR form.
- * The model arrays are copied; the caller's may be freed afterwards.
+ * ids and (store_vectors: GPUIVF_CUDA_VECTORS_*) raw vectors for exact
+ * re-ranking, in CSR form.  The model arrays are copied; the caller's may be
+ * freed afterwards.
  */
 gpuivf_cuda_status gpuivf_cuda_index_create(gpuivf_cuda_resources *res, const gpuivf_cuda_model *model,
                                             int32_t store_vectors,
@@ -245,13 +255,16 @@ gpuivf_cuda_status gpuivf_cuda_index_destroy(gpuivf_cuda_index *index) GPUIVF_CU
 /*
  * Append n entries that are already encoded (as the index pages hold them):
  * list numbers, codes (n x code_size, the CPU format), ids, and the raw
- * vectors (n x d) when the index stores vectors (NULL otherwise).
+ * vectors as the index keeps them (n x d float32, or n x d IEEE halves as
+ * uint16 for GPUIVF_CUDA_VECTORS_FLOAT16) when it stores vectors (NULL
+ * otherwise).
  */
 gpuivf_cuda_status gpuivf_cuda_index_add_encoded(gpuivf_cuda_resources *res, gpuivf_cuda_index *index,
                                                  int64_t n, const int32_t *lists, const uint8_t *codes,
                                                  const uint64_t *ids,
-                                                 const float *vectors) GPUIVF_CUDA_NOEXCEPT;
-/* Append n raw vectors, encoding them on the GPU. */
+                                                 const void *vectors) GPUIVF_CUDA_NOEXCEPT;
+/* Append n raw float32 vectors, encoding them on the GPU (a half-precision
+ * index keeps them rounded to nearest half). */
 gpuivf_cuda_status gpuivf_cuda_index_add(gpuivf_cuda_resources *res, gpuivf_cuda_index *index, int64_t n,
                                          const float *vectors, const uint64_t *ids) GPUIVF_CUDA_NOEXCEPT;
 /* Drop every entry whose id is among ids[n]; *removed (may be NULL) counts them. */

@@ -369,12 +369,14 @@ gpuivf_cuda_status gpuivf_cuda_index_create(gpuivf_cuda_resources *res, const gp
     Resources &r = check_res(res);
     check_model(model);
     GPUIVF_REQUIRE(out != nullptr, "out must not be null");
+    GPUIVF_REQUIRE(store_vectors >= GPUIVF_CUDA_VECTORS_NONE && store_vectors <= GPUIVF_CUDA_VECTORS_FLOAT16,
+                   "store_vectors %d is not a GPUIVF_CUDA_VECTORS_* value", store_vectors);
     *out = nullptr;
     std::unique_ptr<Index> ix(new Index());
     Input<float> cent(r, model->centroids, static_cast<int64_t>(model->nlist) * model->d);
     Input<float> cb(r, model->codebook, codebook_floats(model->d, model->m, model->nbits));
     index_init(r, *ix, static_cast<Metric>(model->metric), model->d, model->nlist, model->m, model->nbits, cent.get(),
-               cb.get(), store_vectors != 0);
+               cb.get(), store_vectors);
     *out = ix.release();
     API_END
 }
@@ -389,7 +391,7 @@ gpuivf_cuda_status gpuivf_cuda_index_destroy(gpuivf_cuda_index *index) noexcept 
 
 gpuivf_cuda_status gpuivf_cuda_index_add_encoded(gpuivf_cuda_resources *res, gpuivf_cuda_index *index, int64_t n,
                                                  const int32_t *lists, const uint8_t *codes, const uint64_t *ids,
-                                                 const float *vectors) noexcept {
+                                                 const void *vectors) noexcept {
     API_BEGIN
     Resources &r = check_res(res);
     GPUIVF_REQUIRE(index != nullptr, "index must not be null");
@@ -397,7 +399,7 @@ gpuivf_cuda_status gpuivf_cuda_index_add_encoded(gpuivf_cuda_resources *res, gpu
     if (n == 0) return ok_status();
     GPUIVF_REQUIRE(lists && codes && ids, "index entries need lists, codes and ids");
     GPUIVF_REQUIRE(!index->store_vectors || vectors, "this index stores vectors: they must be given");
-    const int d = index->d;
+    const int vw = index->vector_words;  /* the stored vector's 16-bit words, as given */
     const int cs = index->code_size;
     const int64_t batch = std::min<int64_t>(n, int64_t(1) << 18);
     std::vector<int32_t> hl(static_cast<size_t>(batch));
@@ -407,7 +409,8 @@ gpuivf_cuda_status gpuivf_cuda_index_add_encoded(gpuivf_cuda_resources *res, gpu
         Input<int32_t> dl(r, lists + r0, rows);
         Input<uint8_t> dc(r, codes + r0 * cs, rows * cs);
         Input<uint64_t> di(r, ids + r0, rows);
-        Input<float> dv(r, index->store_vectors ? vectors + r0 * d : nullptr, index->store_vectors ? rows * d : 0);
+        Input<uint16_t> dv(r, index->store_vectors ? static_cast<const uint16_t *>(vectors) + r0 * vw : nullptr,
+                           index->store_vectors ? rows * vw : 0);
         index_add_encoded(r, *index, rows, hl.data(), dl.get(), dc.get(), di.get(), dv.get());
     }
     API_END
@@ -434,7 +437,10 @@ gpuivf_cuda_status gpuivf_cuda_index_add(gpuivf_cuda_resources *res, gpuivf_cuda
         TempBuffer<uint8_t> dc(r, rows * index->code_size);
         ivfpq_encode(r, mv, dv.get(), rows, dl.data(), dc.data());
         copy_to_host_sync(r, hl.data(), dl.data(), rows);
-        index_add_encoded(r, *index, rows, hl.data(), dl.data(), dc.data(), di.get(), dv.get());
+        TempBuffer<uint16_t> halves(r, index->half_vectors ? rows * d : 0);
+        if (index->half_vectors) narrow_to_halves(r, dv.get(), rows * d, halves.data());
+        const uint16_t *stored = index->half_vectors ? halves.data() : reinterpret_cast<const uint16_t *>(dv.get());
+        index_add_encoded(r, *index, rows, hl.data(), dl.data(), dc.data(), di.get(), stored);
     }
     API_END
 }

@@ -8,6 +8,7 @@
 #define GPUIVF_CUDA_COMMON_CUH
 
 #include <cublas_v2.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -256,27 +257,34 @@ __device__ __forceinline__ float core_lane_sum(float acc) {
     return acc;
 }
 
+/* An element as float32: itself, or an IEEE half widened (exactly: the
+ * distance of half vectors is the float32 distance of the widened values,
+ * as src/core defines it). */
+__device__ __forceinline__ float core_load(const float *p) { return *p; }
+__device__ __forceinline__ float core_load(const __half *p) { return __half2float(*p); }
+
 /* Lane l's partial sums over elements l, l+16, ... in order.  The loads of
  * U elements are issued before their adds (the adds stay in order): the loop
  * is latency-bound otherwise, one memory round trip per 16 elements.  Eight
- * at a time, then four, then one: a 128-float vector is one round trip. */
-template <int U, typename Step>
-__device__ __forceinline__ void core_partial_steps(const float *a, const float *b, int d, int &i, float &acc,
+ * at a time, then four, then one: a 128-float vector is one round trip.
+ * A and B: float or __half elements. */
+template <int U, typename A, typename B, typename Step>
+__device__ __forceinline__ void core_partial_steps(const A *a, const B *b, int d, int &i, float &acc,
                                                    Step step) {
     for (; i + (U - 1) * kCoreLanes < d; i += U * kCoreLanes) {
         float x[U], y[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            x[u] = a[i + u * kCoreLanes];
-            y[u] = b[i + u * kCoreLanes];
+            x[u] = core_load(a + i + u * kCoreLanes);
+            y[u] = core_load(b + i + u * kCoreLanes);
         }
 #pragma unroll
         for (int u = 0; u < U; u++) acc = step(acc, x[u], y[u]);
     }
 }
 
-template <typename Step>
-__device__ __forceinline__ float core_partial(const float *a, const float *b, int d, int l, Step step) {
+template <typename A, typename B, typename Step>
+__device__ __forceinline__ float core_partial(const A *a, const B *b, int d, int l, Step step) {
     float acc = 0.0f;
     int i = l;
     core_partial_steps<8>(a, b, d, i, acc, step);
@@ -286,13 +294,15 @@ __device__ __forceinline__ float core_partial(const float *a, const float *b, in
 }
 
 /* Lane l's partial sums of |a-b|^2 over elements l, l+16, ... */
-__device__ __forceinline__ float core_l2_partial(const float *a, const float *b, int d, int l) {
+template <typename A, typename B>
+__device__ __forceinline__ float core_l2_partial(const A *a, const B *b, int d, int l) {
     return core_partial(a, b, d, l, [](float acc, float x, float y) {
         const float diff = __fsub_rn(x, y);
         return __fadd_rn(acc, __fmul_rn(diff, diff));
     });
 }
-__device__ __forceinline__ float core_dot_partial(const float *a, const float *b, int d, int l) {
+template <typename A, typename B>
+__device__ __forceinline__ float core_dot_partial(const A *a, const B *b, int d, int l) {
     return core_partial(a, b, d, l, [](float acc, float x, float y) { return __fadd_rn(acc, __fmul_rn(x, y)); });
 }
 

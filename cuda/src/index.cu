@@ -6,6 +6,8 @@
 #include <atomic>
 #include <vector>
 
+#include <cuda_fp16.h>
+
 #include "index.h"
 
 namespace gpuivf_cuda {
@@ -54,13 +56,13 @@ struct EntryArrays {
     uint4 *codes;
     uint64_t *ids;
     float *term2;
-    float *vectors;
+    uint16_t *vectors; /* vw 16-bit words an entry */
 };
 
 /* Block per list: copy the kept entries, in order, to the new layout. */
 __global__ void __launch_bounds__(kThreads)
     relayout_kernel(EntryArrays from, const uint32_t *old_offset, const int32_t *old_size, const uint8_t *keep,
-                    EntryArrays to, const uint32_t *new_offset, int32_t *new_size, int chunks, int d) {
+                    EntryArrays to, const uint32_t *new_offset, int32_t *new_size, int chunks, int vw) {
     __shared__ int written;
     const int list = blockIdx.x;
     const uint32_t src0 = old_offset[list];
@@ -80,9 +82,9 @@ __global__ void __launch_bounds__(kThreads)
             if (to.term2) to.term2[dst] = from.term2[src];
             for (int c = 0; c < chunks; ++c) *code_chunk(to.codes, chunks, dst, c) = *code_chunk(from.codes, chunks, src, c);
             if (to.vectors) {
-                const float *vs = from.vectors + static_cast<int64_t>(src) * d;
-                float *vd = to.vectors + static_cast<int64_t>(dst) * d;
-                for (int t = 0; t < d; ++t) vd[t] = vs[t];
+                const uint16_t *vs = from.vectors + static_cast<int64_t>(src) * vw;
+                uint16_t *vd = to.vectors + static_cast<int64_t>(dst) * vw;
+                for (int t = 0; t < vw; ++t) vd[t] = vs[t];
             }
         }
         __syncthreads();
@@ -105,9 +107,9 @@ struct ScatterArgs {
     const int32_t *lists;
     const uint8_t *codes;  /* CPU format */
     const uint64_t *ids;
-    const float *vectors;  /* raw, or null */
+    const uint16_t *vectors; /* raw, vw words each, or null */
     const float *centroids, *codebook;
-    int d, m, nbits, ksub, dsub, code_size, chunks;
+    int d, m, nbits, ksub, dsub, code_size, chunks, vw;
     bool term2;
     EntryArrays to;
 };
@@ -146,9 +148,9 @@ __global__ void scatter_kernel(const ScatterArgs a) {
         a.to.term2[dst] = acc;
     }
     if (a.vectors) {
-        const float *vs = a.vectors + i * a.d;
-        float *vd = a.to.vectors + static_cast<int64_t>(dst) * a.d;
-        for (int t = 0; t < a.d; ++t) vd[t] = vs[t];
+        const uint16_t *vs = a.vectors + i * a.vw;
+        uint16_t *vd = a.to.vectors + static_cast<int64_t>(dst) * a.vw;
+        for (int t = 0; t < a.vw; ++t) vd[t] = vs[t];
     }
 }
 
@@ -214,8 +216,8 @@ void relayout(Resources &res, Index &ix, const std::vector<int64_t> &new_capacit
     DeviceArray<uint64_t> ids(std::max<int64_t>(total, 32));
     DeviceArray<float> term2;
     if (ix.metric != Metric::InnerProduct) term2.allocate(std::max<int64_t>(total, 32));
-    DeviceArray<float> vectors;
-    if (ix.store_vectors) vectors.allocate(std::max<int64_t>(total, 32) * ix.d);
+    DeviceArray<uint16_t> vectors;
+    if (ix.store_vectors) vectors.allocate(std::max<int64_t>(total, 32) * ix.vector_words);
     DeviceArray<uint32_t> d_offset(ix.nlist);
     DeviceArray<int32_t> d_size(ix.nlist);
     std::vector<uint32_t> off32(new_offset.begin(), new_offset.end());
@@ -225,7 +227,7 @@ void relayout(Resources &res, Index &ix, const std::vector<int64_t> &new_capacit
         EntryArrays to{codes.data(), ids.data(), term2.data(), vectors.data()};
         relayout_kernel<<<ix.nlist, kThreads, 0, res.stream>>>(arrays_of(ix), ix.d_offset.data(), ix.d_size.data(),
                                                                keep, to, d_offset.data(), d_size.data(),
-                                                               ix.code_chunks, ix.d);
+                                                               ix.code_chunks, ix.vector_words);
         GPUIVF_CUDA_CHECK_LAUNCH();
     } else {
         GPUIVF_CUDA_TRY(cudaMemsetAsync(d_size.data(), 0, sizeof(int32_t) * ix.nlist, res.stream));
@@ -273,10 +275,23 @@ __global__ void transpose_codebook_kernel(const float *in, int m, int ksub, int 
     out[(static_cast<int64_t>(c) * m + j) * dsub + t] = in[i];
 }
 
+__global__ void narrow_to_halves_kernel(const float *src, int64_t n, uint16_t *dst) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        dst[i] = __half_as_ushort(__float2half_rn(src[i]));
+}
+
 }  // namespace
 
+void narrow_to_halves(Resources &res, const float *src, int64_t n, uint16_t *dst) {
+    if (n <= 0) return;
+    const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 65535);
+    narrow_to_halves_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, res.stream>>>(src, n, dst);
+    GPUIVF_CUDA_TRY(cudaGetLastError());
+}
+
 void index_init(Resources &res, Index &ix, Metric metric, int d, int nlist, int m, int nbits, const float *centroids,
-                const float *codebook, bool store_vectors) {
+                const float *codebook, int vectors_kind) {
     index_changed(ix);
     ix.res = &res;
     ix.metric = metric;
@@ -289,7 +304,9 @@ void index_init(Resources &res, Index &ix, Metric metric, int d, int nlist, int 
     ix.code_size = pq_code_size(m, nbits);
     ix.m_pad = static_cast<int>(round_up(m, nbits == 8 ? 16 : 32));
     ix.code_chunks = nbits == 8 ? ix.m_pad / 16 : ix.m_pad / 32;
-    ix.store_vectors = store_vectors;
+    ix.store_vectors = vectors_kind != GPUIVF_CUDA_VECTORS_NONE;
+    ix.half_vectors = vectors_kind == GPUIVF_CUDA_VECTORS_FLOAT16;
+    ix.vector_words = ix.store_vectors ? (ix.half_vectors ? d : 2 * d) : 0;
     ix.centroids.allocate(static_cast<int64_t>(nlist) * d);
     ix.codebook.allocate(static_cast<int64_t>(m) * ix.ksub * ix.dsub);
     copy_to_device(res, ix.centroids.data(), centroids, static_cast<int64_t>(nlist) * d);
@@ -316,7 +333,7 @@ void index_init(Resources &res, Index &ix, Metric metric, int d, int nlist, int 
 }
 
 void index_add_encoded(Resources &res, Index &ix, int64_t n, const int32_t *lists_host, const int32_t *lists_dev,
-                       const uint8_t *codes, const uint64_t *ids, const float *vectors) {
+                       const uint8_t *codes, const uint64_t *ids, const uint16_t *vectors) {
     if (n <= 0) return;
     std::vector<int64_t> add(ix.nlist, 0);
     for (int64_t i = 0; i < n; i++) {
@@ -350,6 +367,7 @@ void index_add_encoded(Resources &res, Index &ix, int64_t n, const int32_t *list
     a.codes = codes;
     a.ids = ids;
     a.vectors = ix.store_vectors ? vectors : nullptr;
+    a.vw = ix.vector_words;
     a.centroids = ix.centroids.data();
     a.codebook = ix.codebook.data();
     a.d = ix.d;

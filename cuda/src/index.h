@@ -9,7 +9,8 @@
  *  - the 64-bit id (a heap TID packed by src/pg fits);
  *  - for L2 and cosine, the list-independent term |r|^2 + 2 <c, r> of the
  *    decomposed look-up tables (4 bytes);
- *  - with store_vectors, the raw vector for the exact re-rank.
+ *  - with store_vectors, the raw vector for the exact re-rank: float32, or
+ *    (half_vectors) IEEE halves, in 16-bit words either way.
  * Appending fills each list's spare capacity and re-lays out all lists (with
  * 25% headroom) only when some list is full; removing ids compacts the lists
  * the same way.  Positions are 32-bit (fewer than 2^32 - 1 entries).
@@ -31,6 +32,8 @@ struct gpuivf_cuda_index {
     int code_chunks = 0; /* 16-byte chunks per stored code */
     int m_pad = 0;       /* sub-quantizers covered by the chunks */
     bool store_vectors = false;
+    bool half_vectors = false; /* stored as IEEE halves (GPUIVF_CUDA_VECTORS_FLOAT16) */
+    int vector_words = 0;      /* 16-bit words of one stored vector: d (halves) or 2d */
 
     gpuivf_cuda::DeviceArray<float> centroids, codebook;
     gpuivf_cuda::DeviceArray<float> codebook_t; /* 8-bit: [ksub][m][dsub], for ivfpq_scan8.cuh */
@@ -47,7 +50,8 @@ struct gpuivf_cuda_index {
     gpuivf_cuda::DeviceArray<uint4> codes;
     gpuivf_cuda::DeviceArray<uint64_t> ids;
     gpuivf_cuda::DeviceArray<float> term2;
-    gpuivf_cuda::DeviceArray<float> vectors;
+    /* raw stored vectors, vector_words 16-bit words each (float32 pairs or halves) */
+    gpuivf_cuda::DeviceArray<uint16_t> vectors;
 };
 
 namespace gpuivf_cuda {
@@ -60,11 +64,14 @@ ModelView index_model(const Index &ix);
 void index_changed(Index &ix);
 
 void index_init(Resources &res, Index &ix, Metric metric, int d, int nlist, int m, int nbits,
-                const float *centroids, const float *codebook, bool store_vectors);
+                const float *centroids, const float *codebook, int vectors_kind);
 
 /* Append encoded entries (device arrays; lists also given on the host). */
 void index_add_encoded(Resources &res, Index &ix, int64_t n, const int32_t *lists_host, const int32_t *lists_dev,
-                       const uint8_t *codes, const uint64_t *ids, const float *vectors);
+                       const uint8_t *codes, const uint64_t *ids, const uint16_t *vectors);
+
+/* dst[i] = src[i] rounded to the nearest IEEE half (ties to even), on res's stream. */
+void narrow_to_halves(Resources &res, const float *src, int64_t n, uint16_t *dst);
 
 /* Remove entries by id (host array); returns how many were removed. */
 int64_t index_remove(Resources &res, Index &ix, int64_t n, const uint64_t *ids_host);

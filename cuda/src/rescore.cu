@@ -20,6 +20,8 @@
  */
 #include <algorithm>
 
+#include <cuda_fp16.h>
+
 #include "block_kth.cuh"
 #include "rescore.h"
 
@@ -79,7 +81,12 @@ __global__ void __launch_bounds__(kMaxThreads) rescore_kernel(const RescoreArgs 
             ids[e] = UINT64_MAX;
             return;
         }
-        if (rescores) prefetch_l2(a.vectors + static_cast<int64_t>(idx) * a.d, sizeof(float) * a.d);
+        if (rescores) {
+            if (a.vectors_half)
+                prefetch_l2(a.vectors_half + static_cast<int64_t>(idx) * a.d, sizeof(uint16_t) * a.d);
+            else
+                prefetch_l2(a.vectors + static_cast<int64_t>(idx) * a.d, sizeof(float) * a.d);
+        }
         vals[e] = static_cast<double>(key_score(key));
         order[e] = value_order(vals[e]);
         ids[e] = a.ids ? a.ids[idx] : static_cast<uint64_t>(idx);
@@ -141,9 +148,23 @@ __global__ void __launch_bounds__(kMaxThreads) rescore_kernel(const RescoreArgs 
             const int e = base + half;
             const uint32_t idx = e < a.candidates ? index[e] : kNoIndex;
             const bool valid = idx != kNoIndex;
-            const float *x = valid ? a.vectors + static_cast<int64_t>(idx) * a.d : q;
+            const float *x = valid && a.vectors ? a.vectors + static_cast<int64_t>(idx) * a.d : q;
             float p0 = 0.0f, p1 = 0.0f, p2 = 0.0f;
-            if (a.mode == RescoreMode::KnnExact && !a.vector_scale) {
+            if (a.vectors_half) {
+                /* a half-precision index (SqlDistance): the widened halves;
+                 * an empty slot reads row 0 (its result is not used) */
+                const __half *xh = reinterpret_cast<const __half *>(a.vectors_half) +
+                                   static_cast<int64_t>(valid ? idx : 0) * a.d;
+                if (a.metric == Metric::L2) {
+                    p0 = core_l2_partial(q, xh, a.d, l);
+                } else {
+                    p0 = core_dot_partial(q, xh, a.d, l);
+                    if (a.metric == Metric::Cosine) {
+                        p1 = core_dot_partial(q, q, a.d, l);
+                        p2 = core_dot_partial(xh, xh, a.d, l);
+                    }
+                }
+            } else if (a.mode == RescoreMode::KnnExact && !a.vector_scale) {
                 p0 = a.metric == Metric::InnerProduct ? core_dot_partial(q, x, a.d, l) : core_l2_partial(q, x, a.d, l);
             } else if (a.mode == RescoreMode::KnnExact) {
                 const float s = (a.vector_scale && valid) ? a.vector_scale[idx] : 1.0f;

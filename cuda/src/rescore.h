@@ -39,6 +39,9 @@ struct RescoreArgs {
     const float *queries = nullptr; /* rows x d (prepared for KnnExact, raw for SqlDistance) */
     int32_t d = 0;
     const float *vectors = nullptr; /* indexed by key index, d floats each */
+    /* SqlDistance of a half-precision index: its vectors instead, d IEEE
+     * halves (uint16 words) each, widened exactly */
+    const uint16_t *vectors_half = nullptr;
     const float *vector_scale = nullptr; /* KnnExact cosine: prepare_vector's scale per row */
     /* outputs, rows x out_ld: float values (KnnExact) or double distances */
     float *out_float = nullptr;

@@ -196,7 +196,10 @@ void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, c
         r.ids = ix.ids.data();
         r.queries = raw;
         r.d = ix.d;
-        r.vectors = ix.vectors.data();
+        if (ix.half_vectors)
+            r.vectors_half = ix.vectors.data();
+        else
+            r.vectors = reinterpret_cast<const float *>(ix.vectors.data());
         r.to_distance = 1;
         r.out_double = out_distances + q0 * kout;
         r.out_ids = out_ids + q0 * kout;

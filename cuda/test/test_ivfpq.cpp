@@ -577,6 +577,58 @@ TEST(IvfPq, AdcDistancesOfRerankedEntries) {
     gpuivf_cuda_resources_destroy(plain);
 }
 
+// Half-precision stored vectors (pgvector's halfvec): the re-rank reads the
+// halves and computes the distances of their exact widening, which are the
+// CPU's distances of those values (bit for bit), in half the memory of a
+// float32 copy; appending and removing keep them.
+TEST(IvfPq, HalfVectorsRerankAsTheirWidenedValues) {
+    REQUIRE_GPU();
+    for (Metric m : {Metric::L2, Metric::InnerProduct, Metric::Cosine}) {
+        SCOPED_TRACE(static_cast<int>(m));
+        const int d = 96;
+        // a halfvec's values: the generated rows rounded to half precision
+        std::vector<float> x = gt::clustered_vectors(12007, d, 60, 31);
+        std::vector<uint16_t> h(x.size());
+        gpuivf::float_to_half_n(x.data(), h.data(), static_cast<int64_t>(x.size()));
+        gpuivf::half_to_float_n(h.data(), x.data(), static_cast<int64_t>(x.size()));
+        gt::CpuIvfPq cpu;
+        cpu.train(m, x, d, 41, 24, 8);
+        gpuivf_cuda_model model = cpu.gpu_model();
+        GpuIndex half;
+        EXPECT_GPU_OK(gpuivf_cuda_index_create(gt::gpu(), &model, GPUIVF_CUDA_VECTORS_FLOAT16, &half.ix));
+        EXPECT_GPU_OK(gpuivf_cuda_index_add_encoded(gt::gpu(), half.ix, cpu.size(), cpu.lists.data(),
+                                                    cpu.codes.data(), cpu.ids.data(), h.data()));
+        std::vector<float> q = gt::clustered_vectors(150, d, 60, 32);
+        std::vector<uint16_t> qh(q.size());
+        gpuivf::float_to_half_n(q.data(), qh.data(), static_cast<int64_t>(q.size()));
+        gpuivf::half_to_float_n(qh.data(), q.data(), static_cast<int64_t>(q.size()));
+        compare_search(cpu, half.ix, q, {10, 8, 200, GPUIVF_CUDA_LUT_PER_LIST}, true);
+        compare_search(cpu, half.ix, q, {100, 41, 300, GPUIVF_CUDA_LUT_PER_LIST}, true);
+        const std::vector<float> q3(q.begin(), q.begin() + 3 * d);
+        compare_search(cpu, half.ix, q3, {10, 32, 1000, GPUIVF_CUDA_LUT_PER_LIST}, true);
+
+        GpuIndex full;
+        load(cpu, true, &full);
+        gpuivf_cuda_index_stats hs{}, fs{};
+        EXPECT_GPU_OK(gpuivf_cuda_index_get_stats(half.ix, &hs));
+        EXPECT_GPU_OK(gpuivf_cuda_index_get_stats(full.ix, &fs));
+        EXPECT_LE(hs.device_bytes, fs.device_bytes - cpu.size() * d * 2) << "halves take half the vector bytes";
+
+        // removing entries re-lays out the halves with their entries
+        std::vector<uint64_t> drop;
+        std::vector<bool> removed(cpu.size(), false);
+        for (int64_t i = 0; i < cpu.size(); i += 3) {
+            drop.push_back(cpu.ids[i]);
+            removed[i] = true;
+        }
+        int64_t n_removed = 0;
+        EXPECT_GPU_OK(gpuivf_cuda_index_remove(gt::gpu(), half.ix, static_cast<int64_t>(drop.size()), drop.data(),
+                                               &n_removed));
+        EXPECT_EQ(n_removed, static_cast<int64_t>(drop.size()));
+        compare_search(cpu, half.ix, q, {10, 8, 200, GPUIVF_CUDA_LUT_PER_LIST}, true, nullptr, nullptr, &removed);
+    }
+}
+
 TEST(IvfPq, AppendAndRemove) {
     REQUIRE_GPU();
     const int d = 32;

@@ -33,6 +33,14 @@ int         gpuivf_analyze_sample = GPUIVF_DEFAULT_ANALYZE_SAMPLE;
 /* the reloption kind of gpuivf indexes, registered in _PG_init */
 static relopt_kind gpuivf_relopt_kind;
 
+/* rerank_from: where re-ranking reads the exact vectors */
+static relopt_enum_elt_def gpuivf_rerank_from_values[] = {
+    {"auto", GPUIVF_RERANK_FROM_AUTO},
+    {"index", GPUIVF_RERANK_FROM_INDEX},
+    {"table", GPUIVF_RERANK_FROM_TABLE},
+    {NULL, 0}
+};
+
 static const struct config_enum_entry gpuivf_device_options[] = {
     {"auto", GPUIVF_DEVICE_AUTO, false},
     {"cpu", GPUIVF_DEVICE_CPU, false},
@@ -71,6 +79,11 @@ _PG_init(void)
                        "Recall that scans of this index aim for when gpuivf.probes = 0 "
                        "(overrides gpuivf.target_recall)",
                        GPUIVF_TARGET_UNSET, 0.0, 1.0, ShareUpdateExclusiveLock);
+    add_enum_reloption(gpuivf_relopt_kind, "rerank_from",
+                       "Where re-ranking reads exact vectors: a copy in the index, or the table's column",
+                       gpuivf_rerank_from_values, GPUIVF_RERANK_FROM_AUTO,
+                       "Valid values are \"auto\" (the index when a vector fits an index page), "
+                       "\"index\" and \"table\".", AccessExclusiveLock);
 
     DefineCustomIntVariable("gpuivf.probes",
                             "Number of lists probed by a gpuivf scan (0 = automatic).",
@@ -145,6 +158,7 @@ gpuivfoptions(Datum reloptions, bool validate)
         {"pq_bits", RELOPT_TYPE_INT, offsetof(GpuivfOptions, pq_bits)},
         {"rerank", RELOPT_TYPE_BOOL, offsetof(GpuivfOptions, rerank)},
         {"target_recall", RELOPT_TYPE_REAL, offsetof(GpuivfOptions, target_recall)},
+        {"rerank_from", RELOPT_TYPE_ENUM, offsetof(GpuivfOptions, rerank_from)},
     };
     GpuivfOptions *opts;
 
@@ -176,6 +190,7 @@ GpuivfGetOptions(Relation index)
         opts->pq_bits = GPUIVF_DEFAULT_PQ_BITS;
         opts->rerank = GPUIVF_DEFAULT_RERANK;
         opts->target_recall = GPUIVF_TARGET_UNSET;
+        opts->rerank_from = GPUIVF_RERANK_FROM_AUTO;
     }
     return opts;
 }

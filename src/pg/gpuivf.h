@@ -70,6 +70,7 @@ extern "C" {
 #include "access/amvalidate.h"
 #include "access/generic_xlog.h"
 #include "access/genam.h"
+#include "access/heaptoast.h"
 #include "access/htup_details.h"
 #include "access/itup.h"
 #include "access/parallel.h"
@@ -191,16 +192,25 @@ extern "C" {
 
 /* metapage flags */
 #define GPUIVF_META_TRAINED     0x0001  /* lists, centroids, codebooks exist */
-#define GPUIVF_META_RERANK      0x0002  /* full vectors are stored */
+#define GPUIVF_META_RERANK      0x0002  /* candidates are re-ranked with exact distances */
+#define GPUIVF_META_RERANK_TABLE 0x0004 /* ... read from the table's column (with RERANK):
+                                         * vector tuples hold no values */
+
+/* metapage storage: the element type of the values in vector tuples */
+#define GPUIVF_STORAGE_FLOAT4   0       /* real[] and pgvector's vector */
+#define GPUIVF_STORAGE_FLOAT16  1       /* pgvector's halfvec: IEEE half, raw uint16 */
 
 /* operator strategy and support procedure numbers */
 #define GPUIVF_DISTANCE_STRATEGY    1   /* the ORDER BY operator */
-#define GPUIVF_DISTANCE_PROC        1   /* (real[], real[]) -> float8 */
+#define GPUIVF_DISTANCE_PROC        1   /* (type, type) -> float8, one of gpuivf's */
 #define GPUIVF_NPROC                1
 
 /* defaults and bounds of the index options */
 #define GPUIVF_DEFAULT_PQ_BITS      8
 #define GPUIVF_DEFAULT_RERANK       true
+#define GPUIVF_RERANK_FROM_AUTO     0   /* the index when a vector fits a page, else the table */
+#define GPUIVF_RERANK_FROM_INDEX    1   /* vector tuples in the index */
+#define GPUIVF_RERANK_FROM_TABLE    2   /* the table's column */
 
 /* Build phases reported in pg_stat_progress_create_index.subphase
  * (1 is PostgreSQL's PROGRESS_CREATEIDX_SUBPHASE_INITIALIZE). */
@@ -280,7 +290,7 @@ typedef struct GpuivfMetaPageData
     uint16      pq_m;
     uint16      pq_bits;
     uint16      code_size;      /* bytes of one PQ code */
-    uint16      reserved;
+    uint16      storage;        /* GPUIVF_STORAGE_*: values of vector tuples */
     uint64      generation;     /* changes with every change of contents */
     uint64      train_id;       /* identifies centroids + codebooks; caches key on it */
     uint64      vectors;        /* live entries */
@@ -353,7 +363,11 @@ typedef struct GpuivfListEntry
 #define GPUIVF_LIST_PAGE_CAPACITY(code_size) \
     ((int) (GPUIVF_PAGE_CAPACITY / (sizeof(ItemIdData) + GPUIVF_LIST_ENTRY_SIZE(code_size))))
 
-/* A full vector (vector pages): the heap row it belongs to and its values. */
+/*
+ * A full vector (vector pages): the heap row it belongs to and its values,
+ * dims float4 or (GPUIVF_STORAGE_FLOAT16) dims raw IEEE halves; no values
+ * when the index re-ranks from the table (GPUIVF_META_RERANK_TABLE).
+ */
 typedef struct GpuivfVectorTuple
 {
     ItemPointerData heaptid;
@@ -361,8 +375,10 @@ typedef struct GpuivfVectorTuple
     float4      x[FLEXIBLE_ARRAY_MEMBER];
 } GpuivfVectorTuple;
 
-#define GPUIVF_VECTOR_TUPLE_SIZE(dims) \
-    MAXALIGN(offsetof(GpuivfVectorTuple, x) + sizeof(float4) * (dims))
+/* The largest item a vector page takes: one tuple on an empty page. */
+#define GPUIVF_MAX_VECTOR_TUPLE_SIZE \
+    MAXALIGN_DOWN(BLCKSZ - MAXALIGN(SizeOfPageHeaderData) - sizeof(ItemIdData) - \
+                  MAXALIGN(sizeof(GpuivfPageOpaqueData)))
 
 /* The head of a calibration-query page: which calibration wrote it and how
  * many floats of the queries' stream follow (queries may span pages). */
@@ -410,11 +426,54 @@ GpuivfMetaIsTrained(const GpuivfMetaPageData *meta)
     return (meta->flags & GPUIVF_META_TRAINED) != 0;
 }
 
-/* Does a row live as a vector tuple (always when untrained, else with rerank)? */
+/* Are candidates re-ranked with exact distances (always when untrained)? */
+static inline bool
+GpuivfMetaReranks(const GpuivfMetaPageData *meta)
+{
+    return !GpuivfMetaIsTrained(meta) || (meta->flags & GPUIVF_META_RERANK) != 0;
+}
+
+/* Are the exact values read from the table's column (vector tuples, when
+ * there are any, hold only the heap TID)? */
+static inline bool
+GpuivfMetaRerankFromTable(const GpuivfMetaPageData *meta)
+{
+    return (meta->flags & GPUIVF_META_RERANK_TABLE) != 0;
+}
+
+/* Does a row live as a vector tuple that list entries point at (always
+ * when untrained, else with re-rank from the index)?  Otherwise list
+ * entries hold heap TIDs. */
 static inline bool
 GpuivfMetaStoresVectors(const GpuivfMetaPageData *meta)
 {
-    return !GpuivfMetaIsTrained(meta) || (meta->flags & GPUIVF_META_RERANK) != 0;
+    return !GpuivfMetaIsTrained(meta) ||
+        ((meta->flags & GPUIVF_META_RERANK) != 0 && !GpuivfMetaRerankFromTable(meta));
+}
+
+/* Bytes of one stored element, and of the values of one vector tuple. */
+static inline Size
+GpuivfStorageElemSize(int storage)
+{
+    return storage == GPUIVF_STORAGE_FLOAT16 ? sizeof(uint16) : sizeof(float4);
+}
+/* Bytes of the values of one vector tuple (none with re-rank from the table). */
+static inline Size
+GpuivfVectorValueBytes(const GpuivfMetaPageData *meta)
+{
+    return GpuivfMetaRerankFromTable(meta) ? 0 : GpuivfStorageElemSize(meta->storage) * (Size) meta->dims;
+}
+static inline Size
+GpuivfVectorTupleSizeFor(int dims, int storage, bool from_table)
+{
+    return MAXALIGN(offsetof(GpuivfVectorTuple, x) +
+                    (from_table ? 0 : GpuivfStorageElemSize(storage) * (Size) dims));
+}
+static inline Size
+GpuivfVectorTupleSize(const GpuivfMetaPageData *meta)
+{
+    return GpuivfVectorTupleSizeFor((int) Max(meta->dims, 1), meta->storage,
+                                    GpuivfMetaRerankFromTable(meta));
 }
 
 /* Floats of an index's codebooks: pq_m sub-quantizers of 2^pq_bits
@@ -435,6 +494,7 @@ typedef struct GpuivfOptions
     int         pq_bits;        /* 4 or 8 */
     bool        rerank;
     double      target_recall;  /* GPUIVF_TARGET_UNSET: gpuivf.target_recall */
+    int         rerank_from;    /* GPUIVF_RERANK_FROM_* */
 } GpuivfOptions;
 
 #define GPUIVF_TARGET_UNSET         (-1.0)
@@ -470,11 +530,65 @@ Datum       gpuivf_inner_product(PG_FUNCTION_ARGS);
 Datum       gpuivf_negative_inner_product(PG_FUNCTION_ARGS);
 Datum       gpuivf_cosine_distance(PG_FUNCTION_ARGS);
 }
-/* vector.cpp: metric of an index, vector input checks */
+/*
+ * The column types gpuivf indexes, and what a vector datum of each is: a
+ * real[] (one dimension, no NULLs), or pgvector's vector / halfvec, read by
+ * their documented layout (varlena header, int16 dim, int16 unused, then
+ * dim float4 or IEEE half values; pgvector's src/vector.h, src/halfvec.h).
+ * gpuivf.so does not link pgvector: gpuivf_vector's operator classes name
+ * support functions of gpuivf.so that read these layouts.
+ */
+typedef enum GpuivfVectorType
+{
+    GPUIVF_TYPE_REAL_ARRAY = 0,
+    GPUIVF_TYPE_VECTOR = 1,
+    GPUIVF_TYPE_HALFVEC = 2
+} GpuivfVectorType;
+
+/* What an index's operator class says (from its support function 1). */
+typedef struct GpuivfOpclassInfo
+{
+    gpuivf::Metric metric;
+    GpuivfVectorType type;
+} GpuivfOpclassInfo;
+
+/* pgvector.cpp: pgvector's layouts (checked; the datum detoasted in the
+ * current context) and gpuivf_vector's support functions */
+const float4 *GpuivfPgvectorValues(Datum value, int *dims);
+const uint16 *GpuivfHalfvecValues(Datum value, int *dims);
+Datum       GpuivfPgvectorDatum(GpuivfVectorType type, const float4 *x, int dims);
+extern "C" {
+Datum       gpuivf_vector_l2_distance(PG_FUNCTION_ARGS);
+Datum       gpuivf_vector_negative_inner_product(PG_FUNCTION_ARGS);
+Datum       gpuivf_vector_cosine_distance(PG_FUNCTION_ARGS);
+Datum       gpuivf_halfvec_l2_distance(PG_FUNCTION_ARGS);
+Datum       gpuivf_halfvec_negative_inner_product(PG_FUNCTION_ARGS);
+Datum       gpuivf_halfvec_cosine_distance(PG_FUNCTION_ARGS);
+}
+/* vector.cpp: metric and type of an index, vector input checks */
+GpuivfOpclassInfo GpuivfGetOpclassInfo(Relation index);
+/* is fn one of gpuivf's distance functions (then *info: metric, type)? */
+bool        GpuivfDistanceFunctionInfo(PGFunction fn, GpuivfOpclassInfo *info);
 gpuivf::Metric GpuivfGetMetric(Relation index);
-float4     *GpuivfDatumGetVector(Datum value, int *dims);    /* validated, detoasted copy */
-const float4 *GpuivfRowVector(Datum *values, bool *isnull, MemoryContext rowctx, int *dims);
+const char *GpuivfVectorTypeName(GpuivfVectorType type);
+/* A vector datum's values, checked (shape, not empty, finite, at most
+ * gpuivf::kMaxDims): float4 values inside the detoasted datum (real[],
+ * vector) or a palloc'd float4 copy of a halfvec's (widened exactly); in
+ * CurrentMemoryContext. */
+const float4 *GpuivfVectorValues(GpuivfVectorType type, Datum value, int *dims);
+/* the same without errors: NULL when the datum is no valid vector */
+const float4 *GpuivfVectorValuesIfValid(GpuivfVectorType type, Datum value, int *dims);
+float4     *GpuivfDatumGetVector(GpuivfVectorType type, Datum value, int *dims);
+                                                            /* validated, detoasted copy */
+const float4 *GpuivfRowVector(GpuivfVectorType type, Datum *values, bool *isnull,
+                              MemoryContext rowctx, int *dims);
                                                             /* values[0] in rowctx, NULL if null */
+/* A datum of the type holding x (a palloc'd varlena; a halfvec's values
+ * must be halves: they narrow back exactly). */
+Datum       GpuivfVectorDatum(GpuivfVectorType type, const float4 *x, int dims);
+/* The typmod of a pgvector column is its dimension count: the index's
+ * first column's, or 0 when it has none (real[], or vector without one). */
+int         GpuivfTypmodDims(Relation index);
 void        GpuivfCheckDims(int expected, int actual);
 /* a row's dimensions against an index's: false = same, true = the index
  * takes them (no dimension yet, or untrained and empty); else ERROR */
@@ -586,12 +700,12 @@ GpuivfResultLess(const GpuivfResult &a, const GpuivfResult &b)
 }
 
 /* Is the query answered exactly: an untrained index, or every list of an
- * index that stores vectors (the exact scan; the GPU worker never takes it)? */
+ * index that re-ranks (the exact scan; the GPU worker never takes it)? */
 static inline bool
 GpuivfQueryIsExact(const GpuivfMetaPageData *meta, const GpuivfQuery *query)
 {
     if (!GpuivfMetaIsTrained(meta) || meta->lists == 0)
         return true;
-    return GpuivfMetaStoresVectors(meta) && query->nprobe >= (int) meta->lists;
+    return GpuivfMetaReranks(meta) && query->nprobe >= (int) meta->lists;
 }
 #endif                          /* GPUIVF_H */

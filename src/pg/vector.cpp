@@ -1,6 +1,8 @@
 /*
- * vector.cpp — real[] as gpuivf reads it: checked vector input (shape,
- * NULLs, NaN and infinity, dimensions), the metric of an index, and the SQL
+ * vector.cpp — vectors as gpuivf reads them: the metric and column type of
+ * an index (from its operator class), checked vector input of every type
+ * (real[] here, pgvector's vector and halfvec in pgvector.cpp: shape, NULLs,
+ * NaN and infinity, dimensions), and the real[] SQL
  * distance functions behind the operators <-> (l2_distance), <#>
  * (negative_inner_product) and <=> (cosine_distance), plus inner_product.
  * They call the engine's functions, the same ones the index re-rank calls,
@@ -10,28 +12,98 @@
 
 #include <cmath>
 
+/* gpuivf's distance functions: what each says about an index's opclass */
+static const struct
+{
+    PGFunction  fn;
+    gpuivf::Metric metric;
+    GpuivfVectorType type;
+}           gpuivf_distance_functions[] = {
+    {gpuivf_l2_distance, gpuivf::Metric::L2, GPUIVF_TYPE_REAL_ARRAY},
+    {gpuivf_negative_inner_product, gpuivf::Metric::InnerProduct, GPUIVF_TYPE_REAL_ARRAY},
+    {gpuivf_cosine_distance, gpuivf::Metric::Cosine, GPUIVF_TYPE_REAL_ARRAY},
+    {gpuivf_vector_l2_distance, gpuivf::Metric::L2, GPUIVF_TYPE_VECTOR},
+    {gpuivf_vector_negative_inner_product, gpuivf::Metric::InnerProduct, GPUIVF_TYPE_VECTOR},
+    {gpuivf_vector_cosine_distance, gpuivf::Metric::Cosine, GPUIVF_TYPE_VECTOR},
+    {gpuivf_halfvec_l2_distance, gpuivf::Metric::L2, GPUIVF_TYPE_HALFVEC},
+    {gpuivf_halfvec_negative_inner_product, gpuivf::Metric::InnerProduct, GPUIVF_TYPE_HALFVEC},
+    {gpuivf_halfvec_cosine_distance, gpuivf::Metric::Cosine, GPUIVF_TYPE_HALFVEC},
+};
+
+/* Is fn one of gpuivf's distance functions?  Then *info says its metric and
+ * the column type it takes. */
+bool
+GpuivfDistanceFunctionInfo(PGFunction fn, GpuivfOpclassInfo *info)
+{
+    for (const auto &f : gpuivf_distance_functions)
+    {
+        if (f.fn == fn)
+        {
+            info->metric = f.metric;
+            info->type = f.type;
+            return true;
+        }
+    }
+    return false;
+}
+
 /*
- * The metric of an index, recognised by its support function 1: the
- * opclasses name one of gpuivf's own distance functions there.
+ * The metric and column type of an index, recognised by its support
+ * function 1: the opclasses (gpuivf's for real[], gpuivf_vector's for
+ * pgvector's types) name one of gpuivf's own distance functions there.
  */
+GpuivfOpclassInfo
+GpuivfGetOpclassInfo(Relation index)
+{
+    FmgrInfo   *proc = index_getprocinfo(index, 1, GPUIVF_DISTANCE_PROC);
+    GpuivfOpclassInfo info;
+
+    if (!GpuivfDistanceFunctionInfo(proc->fn_addr, &info))
+        ereport(ERROR,
+                (errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
+                 errmsg("support function %d of index \"%s\" is not a gpuivf distance function",
+                        GPUIVF_DISTANCE_PROC, RelationGetRelationName(index)),
+                 errhint("Use one of gpuivf's operator classes: float4_l2_ops, float4_ip_ops or "
+                         "float4_cosine_ops for real[]; vector_*_ops or halfvec_*_ops of the "
+                         "extension gpuivf_vector for pgvector's types.")));
+    return info;
+}
+
 gpuivf::Metric
 GpuivfGetMetric(Relation index)
 {
-    FmgrInfo   *proc = index_getprocinfo(index, 1, GPUIVF_DISTANCE_PROC);
+    return GpuivfGetOpclassInfo(index).metric;
+}
 
-    if (proc->fn_addr == gpuivf_l2_distance)
-        return gpuivf::Metric::L2;
-    if (proc->fn_addr == gpuivf_negative_inner_product)
-        return gpuivf::Metric::InnerProduct;
-    if (proc->fn_addr == gpuivf_cosine_distance)
-        return gpuivf::Metric::Cosine;
-    ereport(ERROR,
-            (errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
-             errmsg("support function %d of index \"%s\" is not a gpuivf distance function",
-                    GPUIVF_DISTANCE_PROC, RelationGetRelationName(index)),
-             errhint("Use one of the operator classes float4_l2_ops, float4_ip_ops or "
-                     "float4_cosine_ops.")));
-    return gpuivf::Metric::L2;  /* keep the compiler quiet */
+/* The SQL name of a column type gpuivf indexes (gpuivf_index_info). */
+const char *
+GpuivfVectorTypeName(GpuivfVectorType type)
+{
+    switch (type)
+    {
+        case GPUIVF_TYPE_REAL_ARRAY:
+            return "real[]";
+        case GPUIVF_TYPE_VECTOR:
+            return "vector";
+        case GPUIVF_TYPE_HALFVEC:
+            return "halfvec";
+    }
+    return "unknown";
+}
+
+/*
+ * Dimensions from the index column's typmod: pgvector's vector(n) and
+ * halfvec(n) store n there.  0 when there is none (real[] has no such
+ * typmod; a pgvector column may be declared without one).
+ */
+int
+GpuivfTypmodDims(Relation index)
+{
+    Form_pg_attribute att = TupleDescAttr(RelationGetDescr(index), 0);
+
+    if (att->atttypid == FLOAT4ARRAYOID || att->atttypmod <= 0)
+        return 0;
+    return att->atttypmod <= gpuivf::kMaxDims ? att->atttypmod : 0;
 }
 
 /*
@@ -83,6 +155,33 @@ GpuivfValuesAcceptable(const float4 *x, int n)
 }
 
 /*
+ * The error for the first value of x[0..n) that GpuivfValuesAcceptable
+ * refuses; what names its element: "array" with its lower bound, "vector"
+ * (pgvector's, numbered from 1).
+ */
+static void
+RaiseBadValue(const float4 *x, int n, const char *what, int first)
+{
+    for (int i = 0; i < n; i++)
+    {
+        if (std::isnan(x[i]))
+            ereport(ERROR,
+                    (errcode(ERRCODE_DATA_EXCEPTION),
+                     errmsg("vector must not contain NaN")));
+        if (std::isinf(x[i]))
+            ereport(ERROR,
+                    (errcode(ERRCODE_DATA_EXCEPTION),
+                     errmsg("vector must not contain infinite values")));
+        if (std::fabs(x[i]) > gpuivf::kMaxComponent)
+            ereport(ERROR,
+                    (errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+                     errmsg("vector value %g is out of range", (double) x[i]),
+                     errdetail("Element %d of the %s; vector values must lie between -1e+15 and 1e+15, so that no distance overflows single precision.",
+                               first + i, what)));
+    }
+}
+
+/*
  * Checks a detoasted real[] for use as a vector and returns its values in
  * place: real elements, no NULLs, one dimension, not empty, all finite and
  * within +-gpuivf::kMaxComponent.
@@ -121,30 +220,12 @@ GpuivfArrayGetValues(ArrayType *array, int *dims)
      * element-wise loop only runs to name the first bad element's error */
     x = (const float4 *) ARR_DATA_PTR(array);
     if (unlikely(!GpuivfValuesAcceptable(x, n)))
-    {
-        for (int i = 0; i < n; i++)
-        {
-            if (std::isnan(x[i]))
-                ereport(ERROR,
-                        (errcode(ERRCODE_DATA_EXCEPTION),
-                         errmsg("vector must not contain NaN")));
-            if (std::isinf(x[i]))
-                ereport(ERROR,
-                        (errcode(ERRCODE_DATA_EXCEPTION),
-                         errmsg("vector must not contain infinite values")));
-            if (std::fabs(x[i]) > gpuivf::kMaxComponent)
-                ereport(ERROR,
-                        (errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-                         errmsg("vector value %g is out of range", (double) x[i]),
-                         errdetail("Element %d of the array; vector values must lie between -1e+15 and 1e+15, so that no distance overflows single precision.",
-                                   ARR_LBOUND(array)[0] + i)));
-        }
-    }
+        RaiseBadValue(x, n, "array", ARR_LBOUND(array)[0]);
     *dims = n;
     return x;
 }
 
-/* The index's dimension limit (kMaxDims), on top of the array checks. */
+/* The index's dimension limit (kMaxDims), on top of the type's checks. */
 static void
 CheckIndexableDims(int n)
 {
@@ -157,50 +238,144 @@ CheckIndexableDims(int n)
 }
 
 /*
- * A checked, palloc'd copy of the vector in a real[] datum, for indexing:
- * besides GpuivfArrayGetValues' checks, at most kMaxDims dimensions.
+ * The checked float4 values of a vector datum of the given type: in place
+ * for real[] and vector (inside the datum, detoasted into the current
+ * context when it had to be), a palloc'd exact widening for halfvec.
  */
-float4 *
-GpuivfDatumGetVector(Datum value, int *dims)
+const float4 *
+GpuivfVectorValues(GpuivfVectorType type, Datum value, int *dims)
 {
-    ArrayType  *array = DatumGetArrayTypeP(value);
     const float4 *x;
-    float4     *copy;
+
+    switch (type)
+    {
+        case GPUIVF_TYPE_VECTOR:
+            x = GpuivfPgvectorValues(value, dims);
+            /* pgvector's values are finite; gpuivf's bound is tighter */
+            if (unlikely(!GpuivfValuesAcceptable(x, *dims)))
+                RaiseBadValue(x, *dims, "vector", 1);
+            break;
+        case GPUIVF_TYPE_HALFVEC:
+            {
+                const uint16 *h = GpuivfHalfvecValues(value, dims);
+                float4     *w = (float4 *) palloc(sizeof(float4) * *dims);
+
+                gpuivf::half_to_float_n(h, w, *dims);
+                x = w;
+                /* pgvector refuses infinite and NaN halves on input */
+                if (unlikely(!GpuivfValuesAcceptable(x, *dims)))
+                    RaiseBadValue(x, *dims, "vector", 1);
+                break;
+            }
+        default:
+            x = GpuivfArrayGetValues(DatumGetArrayTypeP(value), dims);
+            break;
+    }
+    CheckIndexableDims(*dims);
+    return x;
+}
+
+/*
+ * GpuivfVectorValues without the errors: NULL for a malformed vector (not
+ * one-dimensional, NULLs, empty, non-finite, a bad pgvector header) or one
+ * above the index's dimension limit.  For a caller that searches ahead and
+ * leaves the error to the scan that would raise it (planner/batch_node.cpp).
+ */
+const float4 *
+GpuivfVectorValuesIfValid(GpuivfVectorType type, Datum value, int *dims)
+{
+    const float4 *x;
     int         n;
 
-    x = GpuivfArrayGetValues(array, &n);
-    CheckIndexableDims(n);
-    copy = (float4 *) palloc(sizeof(float4) * n);
-    memcpy(copy, x, sizeof(float4) * n);
-    if ((Pointer) array != DatumGetPointer(value))
-        pfree(array);
+    if (type == GPUIVF_TYPE_REAL_ARRAY)
+    {
+        ArrayType  *array = DatumGetArrayTypeP(value);
+
+        if (ARR_ELEMTYPE(array) != FLOAT4OID || ARR_NDIM(array) != 1 || ARR_HASNULL(array))
+            return NULL;
+        n = ArrayGetNItems(ARR_NDIM(array), ARR_DIMS(array));
+        x = (const float4 *) ARR_DATA_PTR(array);
+    }
+    else
+    {
+        /* pgvector's layout (pgvector.cpp): header, int16 dim, int16 unused, values */
+        const char *v = (const char *) PG_DETOAST_DATUM(value);
+        Size        elem = type == GPUIVF_TYPE_HALFVEC ? sizeof(uint16) : sizeof(float4);
+        int16       dim;
+
+        memcpy(&dim, v + sizeof(int32), sizeof(int16));
+        if (dim < 1 || VARSIZE(v) != 2 * sizeof(int32) + elem * (Size) dim)
+            return NULL;
+        n = dim;
+        if (type == GPUIVF_TYPE_HALFVEC)
+        {
+            const uint16 *h = (const uint16 *) (v + 2 * sizeof(int32));
+            float4     *w = (float4 *) palloc(sizeof(float4) * n);
+
+            gpuivf::half_to_float_n(h, w, n);
+            x = w;
+        }
+        else
+            x = (const float4 *) (v + 2 * sizeof(int32));
+    }
+    if (n <= 0 || n > gpuivf::kMaxDims || !GpuivfValuesAcceptable(x, n))
+        return NULL;
     *dims = n;
+    return x;
+}
+
+/* A checked, palloc'd copy of the vector in a datum, for indexing. */
+float4 *
+GpuivfDatumGetVector(GpuivfVectorType type, Datum value, int *dims)
+{
+    const float4 *x = GpuivfVectorValues(type, value, dims);
+    float4     *copy;
+
+    if (type == GPUIVF_TYPE_HALFVEC)
+        return (float4 *) x;    /* already a copy */
+    copy = (float4 *) palloc(sizeof(float4) * *dims);
+    memcpy(copy, x, sizeof(float4) * *dims);
     return copy;
 }
 
 /*
  * The vector of an index-build-scan row (first column), validated as
- * GpuivfDatumGetVector does, but not copied: the elements of the array
- * itself (detoasted into rowctx when it had to be), valid until the
- * callback returns and rowctx is reset.  NULL when the row's vector is
- * NULL.  Scans of every row call this once per row: the copy was a palloc
- * and a memcpy per row for nothing.
+ * GpuivfVectorValues does, not copied (but for halfvec's widening): valid
+ * until the callback returns and rowctx is reset.  NULL when the row's
+ * vector is NULL.  Scans of every row call this once per row: a copy was a
+ * palloc and a memcpy per row for nothing.
  */
 const float4 *
-GpuivfRowVector(Datum *values, bool *isnull, MemoryContext rowctx, int *dims)
+GpuivfRowVector(GpuivfVectorType type, Datum *values, bool *isnull, MemoryContext rowctx,
+                int *dims)
 {
     MemoryContext old;
-    ArrayType  *array;
     const float4 *x;
 
     if (isnull[0])
         return NULL;
     old = MemoryContextSwitchTo(rowctx);
-    array = DatumGetArrayTypeP(values[0]);
+    x = GpuivfVectorValues(type, values[0], dims);
     MemoryContextSwitchTo(old);
-    x = GpuivfArrayGetValues(array, dims);
-    CheckIndexableDims(*dims);
     return x;
+}
+
+/* A palloc'd datum of the type holding x[0..dims). */
+Datum
+GpuivfVectorDatum(GpuivfVectorType type, const float4 *x, int dims)
+{
+    if (type == GPUIVF_TYPE_REAL_ARRAY)
+    {
+        Datum      *elems = (Datum *) palloc(sizeof(Datum) * dims);
+        ArrayType  *a;
+
+        for (int i = 0; i < dims; i++)
+            elems[i] = Float4GetDatum(x[i]);
+        a = construct_array(elems, dims, FLOAT4OID, sizeof(float4), true, TYPALIGN_INT);
+        pfree(elems);
+        return PointerGetDatum(a);
+    }
+    return GpuivfPgvectorDatum(type, x, dims);
 }
 
 /* Raises the dimension mismatch error unless the two counts agree. */

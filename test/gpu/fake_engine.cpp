@@ -69,13 +69,15 @@ struct gpuivf_cuda_resources {
 struct FakeList {
     std::vector<uint8_t> codes;
     std::vector<uint64_t> ids;
-    std::vector<float> vectors;
+    std::vector<uint8_t> vectors;  /* vec_bytes per entry: float32 or IEEE halves */
 };
 
 struct gpuivf_cuda_index {
     Metric metric = Metric::L2;
     int d = 0, nlist = 0, m = 0, nbits = 8, code_size = 0;
     bool store_vectors = false;
+    bool half = false;             /* GPUIVF_CUDA_VECTORS_FLOAT16 */
+    size_t vec_bytes = 0;          /* stored bytes of one vector */
     std::vector<float> centroids, norms, codebook;
     std::vector<FakeList> lists;
     std::unordered_map<uint64_t, std::pair<int, size_t>> where;  /* id -> (list, position) */
@@ -233,7 +235,14 @@ gpuivf_cuda_status gpuivf_cuda_index_create(gpuivf_cuda_resources *, const gpuiv
         ix->m = model->m;
         ix->nbits = model->nbits;
         ix->code_size = gpuivf::pq_code_size(model->m, model->nbits);
-        ix->store_vectors = store_vectors != 0;
+        if (store_vectors < GPUIVF_CUDA_VECTORS_NONE || store_vectors > GPUIVF_CUDA_VECTORS_FLOAT16) {
+            delete ix;
+            return make_status(GPUIVF_CUDA_INVALID_ARGUMENT, "store_vectors %d is not a GPUIVF_CUDA_VECTORS_* value",
+                               store_vectors);
+        }
+        ix->store_vectors = store_vectors != GPUIVF_CUDA_VECTORS_NONE;
+        ix->half = store_vectors == GPUIVF_CUDA_VECTORS_FLOAT16;
+        ix->vec_bytes = ix->store_vectors ? static_cast<size_t>(model->d) * (ix->half ? 2 : 4) : 0;
         ix->centroids.assign(model->centroids, model->centroids + static_cast<size_t>(model->nlist) * model->d);
         ix->norms.resize(model->nlist);
         gpuivf::row_norms(ix->centroids.data(), model->nlist, model->d, ix->norms.data());
@@ -254,7 +263,7 @@ gpuivf_cuda_status gpuivf_cuda_index_destroy(gpuivf_cuda_index *index) noexcept 
 
 gpuivf_cuda_status gpuivf_cuda_index_add_encoded(gpuivf_cuda_resources *, gpuivf_cuda_index *ix, int64_t n,
                                                  const int32_t *lists, const uint8_t *codes, const uint64_t *ids,
-                                                 const float *vectors) noexcept {
+                                                 const void *vectors) noexcept {
     const char *add_delay = getenv("GPUIVF_FAKE_ADD_DELAY_MS");
     int add_delay_ms = add_delay ? atoi(add_delay) : 0;
     if (add_delay_ms > 0) usleep(static_cast<useconds_t>(add_delay_ms) * 1000);
@@ -267,7 +276,10 @@ gpuivf_cuda_status gpuivf_cuda_index_add_encoded(gpuivf_cuda_resources *, gpuivf
             l.codes.insert(l.codes.end(), codes + i * ix->code_size, codes + (i + 1) * ix->code_size);
             ix->where[ids[i]] = {lists[i], l.ids.size()};
             l.ids.push_back(ids[i]);
-            if (ix->store_vectors) l.vectors.insert(l.vectors.end(), vectors + i * ix->d, vectors + (i + 1) * ix->d);
+            if (ix->store_vectors) {
+                const uint8_t *v = static_cast<const uint8_t *>(vectors) + i * ix->vec_bytes;
+                l.vectors.insert(l.vectors.end(), v, v + ix->vec_bytes);
+            }
         }
         ix->count += n;
         return ok();
@@ -297,13 +309,14 @@ gpuivf_cuda_status gpuivf_cuda_index_remove(gpuivf_cuda_resources *, gpuivf_cuda
                 if (w != r) {
                     l.ids[w] = l.ids[r];
                     memmove(&l.codes[w * ix->code_size], &l.codes[r * ix->code_size], ix->code_size);
-                    if (ix->store_vectors) memmove(&l.vectors[w * ix->d], &l.vectors[r * ix->d], sizeof(float) * ix->d);
+                    if (ix->store_vectors)
+                        memmove(&l.vectors[w * ix->vec_bytes], &l.vectors[r * ix->vec_bytes], ix->vec_bytes);
                 }
                 w++;
             }
             l.ids.resize(w);
             l.codes.resize(w * ix->code_size);
-            if (ix->store_vectors) l.vectors.resize(w * ix->d);
+            if (ix->store_vectors) l.vectors.resize(w * ix->vec_bytes);
         }
         ix->count -= count;
         ix->where.clear();
@@ -321,7 +334,7 @@ gpuivf_cuda_status gpuivf_cuda_index_get_stats(gpuivf_cuda_index *ix, gpuivf_cud
     out->vectors = ix->count;
     out->nlist = ix->nlist;
     out->code_size = ix->code_size;
-    int64_t per = ix->code_size + 8 + (ix->store_vectors ? 4 * ix->d : 0);
+    int64_t per = ix->code_size + 8 + static_cast<int64_t>(ix->vec_bytes);
     out->device_bytes = ix->count * per + static_cast<int64_t>(ix->centroids.size() + ix->codebook.size()) * 4;
     return ok();
 }
@@ -407,7 +420,7 @@ gpuivf_cuda_status gpuivf_cuda_index_search(gpuivf_cuda_resources *, gpuivf_cuda
     try {
         gpuivf::IvfPqModel mm = ix->model();
         int d = ix->d;
-        std::vector<float> qp(d), lut(gpuivf::ivfpq_lut_size(mm));
+        std::vector<float> qp(d), vec(d), lut(gpuivf::ivfpq_lut_size(mm));
         const auto &where = ix->where;
         for (int64_t q = 0; q < nq; q++) {
             int k = p->query_k ? p->query_k[q] : p->k;
@@ -438,8 +451,13 @@ gpuivf_cuda_status gpuivf_cuda_index_search(gpuivf_cuda_resources *, gpuivf_cuda
                 if (p->rerank_candidates > 0) {
                     auto it = where.find(topk.ids[j]);
                     const FakeList &l = ix->lists[it->second.first];
-                    res.emplace_back(gpuivf::metric_distance(ix->metric, raw, &l.vectors[it->second.second * d], d),
-                                     topk.ids[j], adc);
+                    /* the stored values, halves widened exactly (as the GPU does) */
+                    const uint8_t *v = &l.vectors[it->second.second * ix->vec_bytes];
+                    if (ix->half)
+                        gpuivf::half_to_float_n(reinterpret_cast<const uint16_t *>(v), vec.data(), d);
+                    else
+                        memcpy(vec.data(), v, sizeof(float) * d);
+                    res.emplace_back(gpuivf::metric_distance(ix->metric, raw, vec.data(), d), topk.ids[j], adc);
                 } else {
                     res.emplace_back(adc, topk.ids[j], adc);
                 }

@@ -127,15 +127,23 @@ GpuivfResolvePqM(Relation index, int pq_m_option, int dims)
     return pq_m_option;
 }
 
-/* A metapage with nothing trained: dims 0 until a first row fixes them. */
+/*
+ * A metapage with nothing trained: dims from the column's typmod
+ * (vector(n)), else 0 until a first row fixes them; the flags and storage
+ * for those dims (GpuivfStorageFlags).
+ */
 static void
 FillUntrainedMeta(Relation index, GpuivfOptions *opts, GpuivfMetaPageData *meta)
 {
+    GpuivfOpclassInfo info = GpuivfGetOpclassInfo(index);
+
     memset(meta, 0, sizeof(*meta));
     meta->magic = GPUIVF_MAGIC;
     meta->version = GPUIVF_FORMAT_VERSION;
-    meta->metric = (uint16) GpuivfGetMetric(index);
-    meta->flags = opts->rerank ? GPUIVF_META_RERANK : 0;
+    meta->metric = (uint16) info.metric;
+    meta->storage = GpuivfStorageOf(info.type);
+    meta->dims = (uint32) GpuivfTypmodDims(index);
+    meta->flags = GpuivfStorageFlags(index, opts, (int) meta->dims, false);
     meta->pq_bits = (uint16) opts->pq_bits;
     meta->generation = 1;
     meta->centroid_start = InvalidBlockNumber;
@@ -303,7 +311,17 @@ EncodeHeap(GpuivfBuildState *bs)
     spec.pq_m = bs->pq_m;
     spec.pq_bits = bs->pq_bits;
     spec.code_size = bs->code_size;
-    spec.stores_vectors = bs->opts->rerank;
+    /* the trained index's flags: vector tuples unless it re-ranks from the
+     * table (or not at all) */
+    {
+        GpuivfMetaPageData shape;
+
+        memset(&shape, 0, sizeof(shape));
+        shape.flags = GPUIVF_META_TRAINED |
+            GpuivfStorageFlags(bs->index, bs->opts, bs->dims, true);
+        spec.stores_vectors = GpuivfMetaStoresVectors(&shape);
+        spec.storage = GpuivfStorageOf(GpuivfGetOpclassInfo(bs->index).type);
+    }
     spec.wal = bs->wal;
     spec.mem_bytes = (Size) maintenance_work_mem * 1024;
     spec.calibrate = true;      /* unless gpuivf.analyze_sample is 0 */
@@ -556,7 +574,7 @@ BuildTrained(GpuivfBuildState *bs)
     GpuivfAddSeconds(&bs->t_train, &bs->phase_start);
 
     FillUntrainedMeta(bs->index, bs->opts, &meta);
-    meta.flags |= GPUIVF_META_TRAINED;
+    meta.flags = GPUIVF_META_TRAINED | GpuivfStorageFlags(bs->index, bs->opts, bs->dims, true);
     meta.dims = (uint32) bs->dims;
     meta.lists = (uint32) bs->lists;
     meta.pq_m = (uint16) bs->pq_m;
@@ -663,7 +681,7 @@ gpuivfbuild(Relation heap, Relation index, IndexInfo *indexInfo)
     bs->index = index;
     bs->indexInfo = indexInfo;
     bs->forknum = MAIN_FORKNUM;
-    bs->metric = GpuivfGetMetric(index);
+    bs->metric = GpuivfGetOpclassInfo(index).metric;
     bs->opts = GpuivfGetOptions(index);
     bs->wal = RelationNeedsWAL(index);
     bs->workers = GpuivfBuildWorkers(heap, index);

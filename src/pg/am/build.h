@@ -65,7 +65,8 @@ typedef struct GpuivfEncodeSpec
     int         pq_m;
     int         pq_bits;
     int         code_size;
-    bool        stores_vectors; /* rerank: vector tuples, entries point at them */
+    bool        stores_vectors; /* vector tuples, entries point at them */
+    uint16      storage;        /* GPUIVF_STORAGE_* of their values */
     bool        wal;            /* log pages as they are finished */
     bool        calibrate;      /* draw the calibration's sample */
     Size        mem_bytes;      /* this participant's share of maintenance_work_mem */

@@ -30,6 +30,7 @@ struct GpuivfEncoder
     Relation    heap;
     Relation    index;
     ForkNumber  forknum;
+    GpuivfVectorType type;      /* of the indexed column */
     GpuivfEncodeSpec spec;
     gpuivf::IvfPqModel model;
 
@@ -183,6 +184,7 @@ GpuivfEncoderBegin(Relation heap, Relation index, ForkNumber forknum, const Gpui
     enc->heap = heap;
     enc->index = index;
     enc->forknum = forknum;
+    enc->type = GpuivfGetOpclassInfo(index).type;
     enc->spec = *spec;
     enc->model = model;
     enc->rowctx = AllocSetContextCreate(CurrentMemoryContext, "gpuivf build row",
@@ -204,7 +206,7 @@ GpuivfEncoderBegin(Relation heap, Relation index, ForkNumber forknum, const Gpui
     enc->batch_prep = (float *) palloc((Size) enc->batch_cap * dims * sizeof(float));
     enc->labels = (int32 *) palloc((Size) enc->batch_cap * sizeof(int32));
     enc->codes = (uint8 *) palloc((Size) enc->batch_cap * spec->code_size);
-    enc->vtuple = (GpuivfVectorTuple *) palloc0(GPUIVF_VECTOR_TUPLE_SIZE(dims));
+    enc->vtuple = (GpuivfVectorTuple *) palloc0(GpuivfVectorTupleSizeFor(dims, spec->storage, false));
     enc->code_datum = (bytea *) palloc0(VARHDRSZ + spec->code_size);
     SET_VARSIZE(enc->code_datum, VARHDRSZ + spec->code_size);
     GpuivfWriterInit(&enc->vecw, index, forknum, GPUIVF_PAGE_VECTOR, false, spec->wal);
@@ -243,7 +245,7 @@ ProcessBatch(GpuivfEncoder *enc, const float *raw, const ItemPointerData *tids, 
 {
     int         dims = enc->spec.dims;
     int         code_size = enc->spec.code_size;
-    Size        vsize = GPUIVF_VECTOR_TUPLE_SIZE(dims);
+    Size        vsize = GpuivfVectorTupleSizeFor(dims, enc->spec.storage, false);
 
     if (enc->mem_entries && !MemReserve(enc, enc->mem_n + n))
         SpillToSort(enc);
@@ -254,8 +256,8 @@ ProcessBatch(GpuivfEncoder *enc, const float *raw, const ItemPointerData *tids, 
 
         if (enc->spec.stores_vectors)
         {
-            enc->vtuple->heaptid = tids[i];
-            memcpy(enc->vtuple->x, raw + (Size) i * dims, sizeof(float) * dims);
+            GpuivfFillVectorTuple(enc->vtuple, &id_tid, raw + (Size) i * dims, dims,
+                                  enc->spec.storage, false);
             GpuivfWriterAdd(&enc->vecw, enc->vtuple, vsize, &id_tid);
         }
         if (enc->calib != NULL)
@@ -363,7 +365,7 @@ EncodeCallback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
     int         dims;
     int         i;
 
-    x = GpuivfRowVector(values, isnull, enc->rowctx, &dims);
+    x = GpuivfRowVector(enc->type, values, isnull, enc->rowctx, &dims);
     if (x == NULL)
         return;
     GpuivfCheckDims(d, dims);

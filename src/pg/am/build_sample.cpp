@@ -137,6 +137,7 @@ AreaUnlock(GpuivfSampleArea *area)
 
 typedef struct PeekState
 {
+    GpuivfVectorType type;      /* of the indexed column */
     int         dims;
     MemoryContext rowctx;
 } PeekState;
@@ -148,7 +149,7 @@ PeekCallback(Relation index, ItemPointer tid, Datum *values, bool *isnull, bool 
     PeekState  *ps = (PeekState *) arg;
     int         dims;
 
-    if (ps->dims == 0 && GpuivfRowVector(values, isnull, ps->rowctx, &dims) != NULL)
+    if (ps->dims == 0 && GpuivfRowVector(ps->type, values, isnull, ps->rowctx, &dims) != NULL)
         ps->dims = dims;
     MemoryContextReset(ps->rowctx);
 }
@@ -167,6 +168,7 @@ GpuivfPeekDims(Relation heap, Relation index, IndexInfo *indexInfo, double *relt
     BlockNumber len = 1;
     PeekState   ps;
 
+    ps.type = GpuivfGetOpclassInfo(index).type;
     ps.dims = 0;
     ps.rowctx = AllocSetContextCreate(CurrentMemoryContext, "gpuivf peek row",
                                       ALLOCSET_DEFAULT_SIZES);
@@ -188,6 +190,7 @@ GpuivfPeekDims(Relation heap, Relation index, IndexInfo *indexInfo, double *relt
 typedef struct SampleScanner
 {
     GpuivfSampleArea *area;
+    GpuivfVectorType type;      /* of the indexed column */
     int64       rows;           /* rows with a vector this participant saw */
     /* the batch: rows that passed `bound`, waiting to be offered */
     int         batch_cap;
@@ -235,7 +238,7 @@ SampleCallback(Relation index, ItemPointer tid, Datum *values, bool *isnull, boo
     uint64      id;
     uint64      hash;
 
-    x = GpuivfRowVector(values, isnull, ss->rowctx, &dims);
+    x = GpuivfRowVector(ss->type, values, isnull, ss->rowctx, &dims);
     if (x != NULL)
     {
         GpuivfCheckDims(area->dims, dims);
@@ -266,6 +269,7 @@ GpuivfSampleScan(GpuivfSampleArea *area, Relation heap, Relation index, IndexInf
 
     memset(&ss, 0, sizeof(ss));
     ss.area = area;
+    ss.type = GpuivfGetOpclassInfo(index).type;
     ss.batch_cap = (int) Max((Size) 16, SAMPLE_BATCH_BYTES / ((Size) area->dims * sizeof(float)));
     ss.batch_rows = (float *) palloc(sizeof(float) * (Size) ss.batch_cap * area->dims);
     ss.batch_hash = (uint64 *) palloc(sizeof(uint64) * ss.batch_cap);

@@ -110,7 +110,7 @@ RunQuery(Relation index, const char *sql, int dims, int max, MemoryContext ctx, 
     MemoryContext rowctx;
     float4     *x = (float4 *) MemoryContextAllocExtended(ctx, sizeof(float4) * (Size) max * dims,
                                                           MCXT_ALLOC_HUGE);
-
+    GpuivfVectorType type = GpuivfGetOpclassInfo(index).type;
     ErrorContextCallback errcb;
 
     pg_prng_seed(&prng, GIVEN_SEED);
@@ -152,7 +152,7 @@ RunQuery(Relation index, const char *sql, int dims, int max, MemoryContext ctx, 
             MemoryContext old = MemoryContextSwitchTo(rowctx);
 
             value = KeyCastApply(&kc, value, &isnull);
-            v = GpuivfRowVector(&value, &isnull, rowctx, &d);
+            v = GpuivfRowVector(type, &value, &isnull, rowctx, &d);
             MemoryContextSwitchTo(old);
             if (v != NULL)
             {

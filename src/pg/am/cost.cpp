@@ -52,6 +52,8 @@ gpuivfcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
     double      dims;
     bool        trained;
     bool        stores_vectors;
+    bool        from_table;
+    double      row_reads = 1.0;
     double      vector_pages;
     double      list_pages = 0;
     double      random_page_cost;
@@ -80,7 +82,17 @@ gpuivfcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
     dims = Max((double) meta.dims, 1.0);
     trained = (meta.flags & GPUIVF_META_TRAINED) != 0 && meta.lists > 0;
     stores_vectors = !trained || (meta.flags & GPUIVF_META_RERANK) != 0;
-    vector_pages = stores_vectors ? GpuivfPagesFor(tuples, GPUIVF_VECTOR_TUPLE_SIZE((int) dims)) : 0;
+    from_table = stores_vectors && GpuivfMetaRerankFromTable(&meta);
+    vector_pages = stores_vectors ? GpuivfPagesFor(tuples, GpuivfVectorTupleSize(&meta)) : 0;
+    /* re-rank from the table reads heap rows instead (and a vector above
+     * ~2 kB is TOASTed: its chunks are read too) */
+    if (from_table)
+    {
+        double      bytes = dims * GpuivfStorageElemSize(meta.storage);
+
+        row_reads = 1.0 + (bytes > TOAST_TUPLE_THRESHOLD ? ceil(bytes / TOAST_MAX_CHUNK_SIZE) + 1.0 : 0.0);
+        vector_pages = Max((double) index->rel->pages, 1.0) * row_reads;
+    }
     if (trained)
         list_pages = GpuivfPagesFor(tuples, GPUIVF_LIST_ENTRY_SIZE(meta.code_size));
 
@@ -170,7 +182,16 @@ gpuivfcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
         /* ADC: one table look-up and add per sub-quantizer code, charged a
          * tenth of an operator (an operator is a function call) */
         startup += scored * (cpu_index_tuple_cost + meta.pq_m * 0.1 * cpu_operator_cost);
-        if (stores_vectors)
+        if (from_table)
+        {
+            /* a heap fetch per candidate (and its TOAST chunks), then the
+             * indexed value computed and detoasted */
+            rerank_pages = index_pages_fetched(rerank * row_reads * loops, (BlockNumber) vector_pages,
+                                               vector_pages, root) / loops;
+            startup += rerank_pages * hot_page_cost + rerank * row_reads * cpu_tuple_cost
+                + rerank * dims * 0.01 * cpu_operator_cost;
+        }
+        else if (stores_vectors)
         {
             rerank_pages = index_pages_fetched(rerank * loops, (BlockNumber) vector_pages,
                                                (double) index->pages, root) / loops;

@@ -164,6 +164,13 @@ AppendIndexInfo(StringInfo json, Relation index)
                      meta.pq_bits, meta.code_size,
                      (meta.flags & GPUIVF_META_RERANK) ? "true" : "false",
                      trained ? "true" : "false", meta.vectors, pages);
+    /* the column type, how the index keeps vector values, where re-ranking
+     * reads them */
+    appendStringInfo(json, "\"type\": \"%s\", \"storage\": \"%s\", \"rerank_from\": %s, ",
+                     GpuivfVectorTypeName(GpuivfGetOpclassInfo(index).type),
+                     meta.storage == GPUIVF_STORAGE_FLOAT16 ? "float16" : "float4",
+                     !GpuivfMetaReranks(&meta) ? "null"
+                     : GpuivfMetaRerankFromTable(&meta) ? "\"table\"" : "\"index\"");
     if (trained)
     {
         GpuivfListDirEntry *dir = (GpuivfListDirEntry *)

@@ -215,6 +215,8 @@ InsertRow(Relation index, const GpuivfMetaPageData *meta, const float4 *x, int d
     plan.vecbuf = plan.listbuf = plan.dirbuf = InvalidBuffer;
     plan.vector = x;
     plan.dims = (uint32) dims;
+    plan.storage = meta->storage;
+    plan.from_table = GpuivfMetaRerankFromTable(meta);
     plan.heaptid = *heap_tid;
     plan.list = list;
     plan.code = code;
@@ -222,7 +224,9 @@ InsertRow(Relation index, const GpuivfMetaPageData *meta, const float4 *x, int d
     plan.new_insert_page = InvalidBlockNumber;
 
     if (GpuivfMetaStoresVectors(meta))
-        plan.vecbuf = GetVectorBuffer(index, meta, GPUIVF_VECTOR_TUPLE_SIZE(dims), &plan.vec_init);
+        plan.vecbuf = GetVectorBuffer(index, meta,
+                                      GpuivfVectorTupleSizeFor(dims, plan.storage, plan.from_table),
+                                      &plan.vec_init);
     if (trained)
     {
         BlockNumber start_blk;
@@ -242,6 +246,8 @@ InsertRow(Relation index, const GpuivfMetaPageData *meta, const float4 *x, int d
         elog(ERROR, "gpuivf index \"%s\" was rebuilt during an insert",
              RelationGetRelationName(index));
     plan.set_dims = GpuivfIndexTakesDims(index, cur, dims);
+    /* meta's flags are those for these dims (gpuivfinsert), whoever fixes them */
+    plan.set_flags = meta->flags;
 
     GpuivfLogInsert(index, &plan);
 
@@ -284,12 +290,21 @@ gpuivfinsert(Relation index, Datum *values, bool *isnull, ItemPointer heap_tid,
     ctx = AllocSetContextCreate(CurrentMemoryContext, "gpuivf insert", ALLOCSET_SMALL_SIZES);
     old = MemoryContextSwitchTo(ctx);
 
-    x = GpuivfDatumGetVector(values[0], &dims);
+    x = GpuivfDatumGetVector(GpuivfGetOpclassInfo(index).type, values[0], &dims);
     GpuivfCheckMaxDims(dims);
     st = GpuivfGetIndexState(index);
     meta = st->meta;
     if (GpuivfIndexTakesDims(index, &meta, dims))
-        (void) GpuivfResolvePqM(index, GpuivfGetOptions(index)->pq_m, dims);
+    {
+        /* a row that fixes the index's dims (its first, or the first after
+         * it was emptied untrained): its dims decide where the vectors are
+         * kept (the same for a concurrent row of these dims) */
+        GpuivfOptions *opts = GpuivfGetOptions(index);
+
+        (void) GpuivfResolvePqM(index, opts->pq_m, dims);
+        meta.flags = (uint16) ((meta.flags & GPUIVF_META_TRAINED) |
+                               GpuivfStorageFlags(index, opts, dims, GpuivfMetaIsTrained(&meta)));
+    }
 
     if (GpuivfMetaIsTrained(&meta))
     {

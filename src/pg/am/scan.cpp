@@ -82,7 +82,11 @@ typedef struct GpuivfScanOpaqueData
     GpuivfScanPhase phase;
     GpuivfMetaPageData meta;    /* metapage as the scan started */
     gpuivf::Metric metric;
-    bool        rerank;         /* list entries point at vector tuples */
+    bool        rerank;         /* candidates are re-ranked exactly: */
+    bool        rerank_table;   /* from the table (entries hold heap TIDs), else
+                                 * from the vector tuples entries point at */
+    GpuivfRowDistance rd;       /* the re-rank's distance */
+    GpuivfRowDistance rd_exact; /* an exact scan's (search/rows.cpp) */
     int         nlist;
     GpuivfQuery q;              /* round 1 */
     bool        exact;          /* round 1 was exact */
@@ -180,14 +184,17 @@ GpuivfReserveResults(GpuivfScanOpaque so, int64 n)
     so->results_cap = cap;
 }
 
-/* Appends the exact distance of a vector tuple to the query (room reserved). */
+/* GpuivfForEachRow visitor of exact scans: one more result. */
 static void
-GpuivfAddExactResult(GpuivfScanOpaque so, GpuivfVectorTuple *vt, int dims)
+GpuivfAddExactResult(void *arg, const GpuivfRow *row)
 {
-    GpuivfResult *r = &so->results[so->nresults++];
+    GpuivfScanOpaque so = (GpuivfScanOpaque) arg;
+    GpuivfResult *r;
 
-    r->distance = gpuivf::metric_distance(so->metric, so->query, vt->x, dims);
-    r->heapid = GpuivfTidToId(&vt->heaptid);
+    GpuivfReserveResults(so, 1);
+    r = &so->results[so->nresults++];
+    r->distance = GpuivfRowDistanceOf(&so->rd_exact, row);
+    r->heapid = row->heapid;
 }
 
 /* Makes room for n more collected candidates (query_ctx). */
@@ -286,9 +293,10 @@ GpuivfScanList(Relation index, GpuivfScanOpaque so, const gpuivf::IvfPqModel &mo
 
 /*
  * Turns n candidates (list-entry ids with ADC scores) into sorted results:
- * exact distances from their vector tuples when the index stores vectors,
- * else the ADC distance.  Candidates whose vector tuple is gone (VACUUM
- * freed it after we read the list page) are dropped.
+ * exact distances from their vector tuples, or from the table's rows
+ * (entries hold heap TIDs), when the index re-ranks, else the ADC distance.
+ * Candidates whose vector tuple or heap row is gone (VACUUM freed it after
+ * we read the list page) are dropped.
  */
 static void
 GpuivfRerank(Relation index, GpuivfScanOpaque so, const uint64 *ids, const float *scores, int n)
@@ -306,12 +314,37 @@ GpuivfRerank(Relation index, GpuivfScanOpaque so, const uint64 *ids, const float
             r->heapid = ids[i];
         }
     }
+    else if (so->rerank_table)
+    {
+        /* the table's rows in heap order */
+        uint64     *sorted = so->chunk_ids;
+        GpuivfTableRows *tr = GpuivfTableRowsBegin(index, (int) so->meta.dims);
+
+        if (sorted != ids)
+            memcpy(sorted, ids, sizeof(uint64) * n);
+        qsort(sorted, n, sizeof(uint64), GpuivfCompareUint64);
+        for (int i = 0; i < n; i++)
+        {
+            bool        found;
+            double      d = GpuivfTableRowDistance(&so->rd, tr, sorted[i], &found);
+
+            if (found)
+            {
+                GpuivfResult *r = &so->results[so->nresults++];
+
+                r->distance = d;
+                r->heapid = sorted[i];
+            }
+            CHECK_FOR_INTERRUPTS();
+        }
+        GpuivfTableRowsEnd(tr);
+    }
     else
     {
         /* visit the vector tuples in block order, each page once */
         uint64     *sorted = so->chunk_ids;
         int         i = 0;
-        int         dims = so->meta.dims;
+        Size        value_bytes = GpuivfVectorValueBytes(&so->meta);
 
         if (sorted != ids)
             memcpy(sorted, ids, sizeof(uint64) * n);
@@ -330,10 +363,15 @@ GpuivfRerank(Relation index, GpuivfScanOpaque so, const uint64 *ids, const float
             for (; i < n && (BlockNumber) (sorted[i] >> 16) == blkno; i++)
             {
                 OffsetNumber off = (OffsetNumber) (sorted[i] & 0xFFFF);
-                GpuivfVectorTuple *vt = GpuivfPageVectorTuple(index, page, blkno, off, dims);
+                GpuivfVectorTuple *vt = GpuivfPageVectorTuple(index, page, blkno, off, value_bytes);
+                GpuivfResult *r;
 
-                if (vt != NULL)
-                    GpuivfAddExactResult(so, vt, dims);
+                if (vt == NULL)
+                    continue;
+                r = &so->results[so->nresults++];
+                r->distance = gpuivf::metric_distance(so->metric, so->query,
+                                                      GpuivfTupleValues(&so->rd, vt), so->rd.dims);
+                r->heapid = GpuivfTidToId(&vt->heaptid);
             }
             UnlockReleaseBuffer(buf);
             CHECK_FOR_INTERRUPTS();
@@ -345,20 +383,17 @@ GpuivfRerank(Relation index, GpuivfScanOpaque so, const uint64 *ids, const float
 /* ------------------------------------------------------------- phases */
 
 /*
- * Exact mode: the distance of every vector tuple, sorted lazily by
- * GpuivfEnsureSorted.  Vector pages are found by walking all blocks and
- * checking the page type.  Memory: one 16-byte GpuivfResult per row
- * (MemoryContextAllocHuge, 16 MB per million rows), not bounded by
- * work_mem: bounding it would mean reading every vector page again for each
- * chunk of rows; the LIMIT case never gets here before round 1 returned
- * the exact top k with O(k) memory (search/cpu.cpp, SearchExact).
+ * Exact mode: the distance of every row (search/rows.cpp: the vector
+ * tuples, or the table's rows), sorted lazily by GpuivfEnsureSorted.
+ * Memory: one 16-byte GpuivfResult per row (MemoryContextAllocHuge, 16 MB
+ * per million rows), not bounded by work_mem: bounding it would mean
+ * reading every row again for each chunk of rows; the LIMIT case never gets
+ * here before round 1 returned the exact top k with O(k) memory
+ * (search/cpu.cpp, SearchExact).
  */
 static void
 GpuivfScanExact(Relation index, GpuivfScanOpaque so)
 {
-    BlockNumber nblocks = RelationGetNumberOfBlocks(index);
-    int         dims = so->meta.dims;
-
     if (so->bas == NULL)
     {
         /* made here, not at beginscan: only exact scans read every page */
@@ -367,30 +402,9 @@ GpuivfScanExact(Relation index, GpuivfScanOpaque so)
         so->bas = GetAccessStrategy(BAS_BULKREAD);
         MemoryContextSwitchTo(oldcxt);
     }
-    for (BlockNumber blkno = GPUIVF_METAPAGE_BLKNO + 1; blkno < nblocks; blkno++)
-    {
-        Buffer      buf;
-        Page        page;
-
-        buf = ReadBufferExtended(index, MAIN_FORKNUM, blkno, RBM_NORMAL, so->bas);
-        LockBuffer(buf, BUFFER_LOCK_SHARE);
-        page = BufferGetPage(buf);
-        if (GpuivfPageIsType(page, GPUIVF_PAGE_VECTOR))
-        {
-            OffsetNumber maxoff = PageGetMaxOffsetNumber(page);
-
-            GpuivfReserveResults(so, maxoff);
-            for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off = OffsetNumberNext(off))
-            {
-                GpuivfVectorTuple *vt = GpuivfPageVectorTuple(index, page, blkno, off, dims);
-
-                if (vt != NULL)
-                    GpuivfAddExactResult(so, vt, dims);
-            }
-        }
-        UnlockReleaseBuffer(buf);
-        CHECK_FOR_INTERRUPTS();
-    }
+    if (so->rd_exact.widened == NULL)
+        GpuivfRowDistanceInit(&so->rd_exact, index, &so->meta, so->query, true);
+    GpuivfForEachRow(index, &so->meta, so->bas, GpuivfAddExactResult, so);
     /* sorted lazily, chunk by chunk (GpuivfEnsureSorted) */
     so->nsorted = 0;
 }
@@ -680,7 +694,9 @@ GpuivfStartScan(IndexScanDesc scan)
 
     so->metric = (gpuivf::Metric) so->meta.metric;
     so->rerank = GpuivfMetaIsTrained(&so->meta) && (so->meta.flags & GPUIVF_META_RERANK) != 0;
+    so->rerank_table = so->rerank && GpuivfMetaRerankFromTable(&so->meta);
     so->nlist = GpuivfMetaIsTrained(&so->meta) ? (int) so->meta.lists : 0;
+    GpuivfRowDistanceInit(&so->rd, index, &so->meta, so->query, false);
 
     source = GpuivfMakeQuery(index, &so->meta, so->limit_hint, so->filter_sel, so->query, &so->q);
     so->stats.target_recall = GpuivfTargetRecall(index, &so->stats.target_source);
@@ -821,14 +837,8 @@ gpuivfrescan(IndexScanDesc scan, ScanKey keys, int nkeys, ScanKey orderbys, int 
         return;                 /* ORDER BY col <op> NULL: no rows */
 
     oldcxt = MemoryContextSwitchTo(so->query_ctx);
-    {
-        Datum       value = scan->orderByData[0].sk_argument;
-        ArrayType  *array = DatumGetArrayTypeP(value);
-        const float4 *x = GpuivfArrayGetValues(array, &so->query_dims);
-
-        so->query = (float4 *) palloc(sizeof(float4) * so->query_dims);
-        memcpy(so->query, x, sizeof(float4) * so->query_dims);
-    }
+    so->query = GpuivfDatumGetVector(GpuivfGetOpclassInfo(scan->indexRelation).type,
+                                     scan->orderByData[0].sk_argument, &so->query_dims);
     MemoryContextSwitchTo(oldcxt);
     so->no_rows = false;
     so->phase = GPUIVF_PHASE_START;

@@ -61,7 +61,7 @@ CollectDeadVectors(IndexVacuumInfo *info, IndexBulkDeleteCallback callback,
 {
     Relation    index = info->index;
     BlockNumber nblocks = RelationGetNumberOfBlocks(index);
-    Size        tuple_size = GPUIVF_VECTOR_TUPLE_SIZE(Max(meta->dims, 1));
+    Size        tuple_size = GpuivfVectorTupleSize(meta);
 
     for (BlockNumber blkno = GPUIVF_METAPAGE_BLKNO + 1; blkno < nblocks; blkno++)
     {
@@ -113,7 +113,7 @@ VacuumList(IndexVacuumInfo *info, const GpuivfMetaPageData *meta, int list,
     BlockNumber blkno = dir.head;
     bool        passed_insert_page = false;
     bool        moved_insert_page = false;
-    bool        by_vector = (meta->flags & GPUIVF_META_RERANK) != 0;
+    bool        by_vector = GpuivfMetaStoresVectors(meta);
     OffsetNumber *deletable = (OffsetNumber *) palloc(sizeof(OffsetNumber) * MaxOffsetNumber);
     int64       removed = 0;
     BlockNumber visited = 0;

@@ -4,11 +4,15 @@
  * reported as an INFO message, as the built-in access methods do, and the
  * result says whether there was none.
  *
- * What gpuivf needs of an operator class for real[]:
- *  - operator 1, FOR ORDER BY a btree family that sorts float8, (real[],
- *    real[]) -> float8, implemented by the same function as support 1;
- *  - support function 1, (real[], real[]) -> float8, one of gpuivf's own
- *    distance functions (the index derives its metric from it);
+ * What gpuivf needs of an operator class for type T (real[], or pgvector's
+ * vector or halfvec with gpuivf_vector):
+ *  - operator 1, FOR ORDER BY a btree family that sorts float8, (T, T) ->
+ *    float8; for real[] implemented by support function 1 itself (for
+ *    pgvector's types it is pgvector's operator, computing the same
+ *    distance in pgvector's summation order);
+ *  - support function 1, (T, T) -> float8, one of gpuivf's own distance
+ *    functions for T (the index derives its metric and the layout of T's
+ *    values from it);
  *  - nothing else: no search operators, no other support numbers.
  */
 #include "gpuivf.h"
@@ -28,16 +32,22 @@
 #include "utils/regproc.h"
 #include "utils/syscache.h"
 
-/* Is this function one of gpuivf's distance functions? */
+/*
+ * Is this function one of gpuivf's distance functions, for this type?  A
+ * real[] one for real[]; a pgvector one (gpuivf_vector) for another type,
+ * whose name the signature check binds (pgvector's types have no fixed
+ * OIDs; gpuivf_vector declares each function on its type).
+ */
 static bool
-GpuivfIsDistanceFunction(Oid procoid)
+GpuivfIsDistanceFunction(Oid procoid, Oid type)
 {
     FmgrInfo    finfo;
+    GpuivfOpclassInfo info;
 
     fmgr_info(procoid, &finfo);
-    return finfo.fn_addr == gpuivf_l2_distance ||
-        finfo.fn_addr == gpuivf_negative_inner_product ||
-        finfo.fn_addr == gpuivf_cosine_distance;
+    if (!GpuivfDistanceFunctionInfo(finfo.fn_addr, &info))
+        return false;
+    return (info.type == GPUIVF_TYPE_REAL_ARRAY) == (type == FLOAT4ARRAYOID);
 }
 
 /* Validates one operator class of gpuivf (and the family it belongs to). */
@@ -78,15 +88,6 @@ gpuivfvalidate(Oid opclassoid)
     oprlist = SearchSysCacheList1(AMOPSTRATEGY, ObjectIdGetDatum(opfamilyoid));
     proclist = SearchSysCacheList1(AMPROCNUM, ObjectIdGetDatum(opfamilyoid));
 
-    if (opcintype != FLOAT4ARRAYOID)
-    {
-        ereport(INFO,
-                (errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
-                 errmsg("operator class \"%s\" of access method %s is for type %s, not real[]",
-                        opclassname, "gpuivf", format_type_be(opcintype))));
-        result = false;
-    }
-
     /* support functions */
     for (int i = 0; i < proclist->n_members; i++)
     {
@@ -103,10 +104,9 @@ gpuivfvalidate(Oid opclassoid)
             result = false;
             continue;
         }
-        if (procform->amproclefttype != FLOAT4ARRAYOID ||
-            procform->amprocrighttype != FLOAT4ARRAYOID ||
+        if (procform->amproclefttype != procform->amprocrighttype ||
             !check_amproc_signature(procform->amproc, FLOAT8OID, true, 2, 2,
-                                    FLOAT4ARRAYOID, FLOAT4ARRAYOID))
+                                    procform->amproclefttype, procform->amprocrighttype))
         {
             ereport(INFO,
                     (errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
@@ -116,7 +116,7 @@ gpuivfvalidate(Oid opclassoid)
             result = false;
             continue;
         }
-        if (!GpuivfIsDistanceFunction(procform->amproc))
+        if (!GpuivfIsDistanceFunction(procform->amproc, procform->amproclefttype))
         {
             ereport(INFO,
                     (errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
@@ -169,8 +169,7 @@ gpuivfvalidate(Oid opclassoid)
             result = false;
             continue;
         }
-        if (oprform->amoplefttype != FLOAT4ARRAYOID ||
-            oprform->amoprighttype != FLOAT4ARRAYOID ||
+        if (oprform->amoplefttype != oprform->amoprighttype ||
             !check_amop_signature(oprform->amopopr, FLOAT8OID,
                                   oprform->amoplefttype, oprform->amoprighttype))
         {
@@ -184,8 +183,10 @@ gpuivfvalidate(Oid opclassoid)
         if (oprform->amoplefttype == opcintype && oprform->amoprighttype == opcintype)
         {
             class_has_operator = true;
-            /* the scan returns support function 1's distance as the order-by value */
-            if (OidIsValid(distance_proc) && get_opcode(oprform->amopopr) != distance_proc)
+            /* for real[] the scan's order-by values are support function 1's,
+             * which must then be the operator's own */
+            if (OidIsValid(distance_proc) && opcintype == FLOAT4ARRAYOID &&
+                get_opcode(oprform->amopopr) != distance_proc)
             {
                 ereport(INFO,
                         (errcode(ERRCODE_INVALID_OBJECT_DEFINITION),

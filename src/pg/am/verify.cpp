@@ -201,11 +201,19 @@ VerifyMeta(VerifyState *vs)
 
     GpuivfReadMeta(vs->index, m);       /* magic, version, trained shape */
     vs->trained = GpuivfMetaIsTrained(m);
-    vs->by_vector = vs->trained && (m->flags & GPUIVF_META_RERANK) != 0;
+    vs->by_vector = vs->trained && GpuivfMetaStoresVectors(m);
     vs->role[GPUIVF_METAPAGE_BLKNO] = ROLE_META;
     if (m->metric != (uint16) GpuivfGetMetric(vs->index))
         Corrupt(vs, "The metapage says metric %u but the operator class is for metric %d.",
                 m->metric, (int) GpuivfGetMetric(vs->index));
+    if (m->storage != GpuivfStorageOf(GpuivfGetOpclassInfo(vs->index).type))
+        Corrupt(vs, "The metapage says storage %u but the operator class is for %s.",
+                m->storage, GpuivfVectorTypeName(GpuivfGetOpclassInfo(vs->index).type));
+    if (vs->trained && GpuivfMetaRerankFromTable(m) && (m->flags & GPUIVF_META_RERANK) == 0)
+        Corrupt(vs, "The metapage re-ranks from the table but does not re-rank.");
+    if (!GpuivfMetaRerankFromTable(m) && GpuivfVectorTupleSize(m) > GPUIVF_MAX_VECTOR_TUPLE_SIZE)
+        Corrupt(vs, "Vectors of %u dimensions are kept in the index but do not fit a page.",
+                m->dims);
     if (m->vector_insert_page != InvalidBlockNumber && m->vector_insert_page >= vs->nblocks)
         Corrupt(vs, "The vector insert page %u is beyond the index's %u blocks.",
                 m->vector_insert_page, vs->nblocks);
@@ -514,14 +522,16 @@ VerifyVectorTuple(VerifyState *vs, BlockNumber blkno, OffsetNumber off,
     ref = GpuivfTidToId(&vtid);
     if (!ItemPointerIsValid(&vt->heaptid))
         Corrupt(vs, "Vector tuple (%u,%u) has an invalid heap TID.", blkno, off);
-    if (!GpuivfValuesAcceptable(x, d))
+    /* (no values with re-rank from the table: x is NULL, and the untrained
+     * entry's hash 0; heapallindexed then checks membership only) */
+    if (x != NULL && !GpuivfValuesAcceptable(x, d))
         Corrupt(vs, "Vector tuple (%u,%u) has a NaN, infinite or out-of-range value.", blkno, off);
     if (!vs->trained)
     {
         e = AddEntry(vs);
         e->ref_id = ref;
         e->heap_id = GpuivfTidToId((ItemPointer) &vt->heaptid);
-        e->hash = VectorHash(x, d);
+        e->hash = x != NULL ? VectorHash(x, d) : 0;
         e->page = blkno;
         e->refs = 1;
         return;
@@ -540,7 +550,8 @@ static void
 VerifyPages(VerifyState *vs)
 {
     int         d = (int) vs->meta.dims;
-    Size        vsize = GPUIVF_VECTOR_TUPLE_SIZE(Max(d, 1));
+    Size        vsize = GpuivfVectorTupleSize(&vs->meta);
+    bool        values = !GpuivfMetaRerankFromTable(&vs->meta);
     float4     *x = (float4 *) palloc(sizeof(float4) * Max(d, 1));
     Page        copy = (Page) palloc(BLCKSZ);
     int64       nvectors = 0;
@@ -602,8 +613,11 @@ VerifyPages(VerifyState *vs)
             if (!ItemIdIsNormal(iid) || ItemIdGetLength(iid) != vsize || d == 0)
                 Corrupt(vs, "Vector page %u has a bad item at offset %u.", blkno, off);
             vt = (GpuivfVectorTuple *) PageGetItem(copy, iid);
-            memcpy(x, vt->x, sizeof(float4) * d);
-            VerifyVectorTuple(vs, blkno, off, vt, x);
+            if (vs->meta.storage == GPUIVF_STORAGE_FLOAT16)
+                gpuivf::half_to_float_n((const uint16_t *) vt->x, x, d);
+            else if (values)
+                memcpy(x, vt->x, sizeof(float4) * d);
+            VerifyVectorTuple(vs, blkno, off, vt, values ? x : NULL);
             nvectors++;
         }
     }
@@ -652,14 +666,14 @@ HeapRowCallback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
         Corrupt(vs, "Heap row (%u,%u) was reported twice by the table scan.",
                 ItemPointerGetBlockNumber(tid), ItemPointerGetOffsetNumber(tid));
     e->seen = true;
-    x = GpuivfDatumGetVector(values[0], &dims);
+    x = GpuivfDatumGetVector(GpuivfGetOpclassInfo(index).type, values[0], &dims);
     if ((uint32) dims != vs->meta.dims)
         Corrupt(vs, "Heap row (%u,%u) has %d dimensions but the index has %u.",
                 ItemPointerGetBlockNumber(tid), ItemPointerGetOffsetNumber(tid), dims,
                 vs->meta.dims);
     if (GpuivfMetaStoresVectors(&vs->meta))
     {
-        if (VectorHash(x, dims) != e->hash)
+        if (!GpuivfMetaRerankFromTable(&vs->meta) && VectorHash(x, dims) != e->hash)
             Corrupt(vs, "The index stores a different vector for heap row (%u,%u).",
                     ItemPointerGetBlockNumber(tid), ItemPointerGetOffsetNumber(tid));
     }

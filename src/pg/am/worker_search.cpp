@@ -58,7 +58,8 @@ gpuivf_worker_search(PG_FUNCTION_ARGS)
                 (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                  errmsg("k must be between 1 and %d", GPUIVF_GPU_MAX_K)));
     GpuivfReadMeta(index, &meta);
-    query.vector = GpuivfDatumGetVector(PG_GETARG_DATUM(1), &dims);
+    /* real[] whatever the column's type: vector and halfvec cast to it */
+    query.vector = GpuivfDatumGetVector(GPUIVF_TYPE_REAL_ARRAY, PG_GETARG_DATUM(1), &dims);
     if (nprobe <= 0)
     {
         /* what a scan of this index would probe */

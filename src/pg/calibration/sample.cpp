@@ -24,11 +24,13 @@
  * one page at a time under a share lock, the sink called after unlocking.
  */
 static void
-WalkVectorPages(Relation index, int dims, RowSinkFn sink, void *arg)
+WalkVectorPages(Relation index, const GpuivfMetaPageData *meta, RowSinkFn sink, void *arg)
 {
     BlockNumber nblocks = RelationGetNumberOfBlocks(index);
     BufferAccessStrategy bas = GetAccessStrategy(BAS_BULKREAD);
-    int         cap = (int) (GPUIVF_PAGE_CAPACITY / GPUIVF_VECTOR_TUPLE_SIZE(dims)) + 1;
+    int         dims = (int) meta->dims;
+    Size        value_bytes = GpuivfVectorValueBytes(meta);
+    int         cap = (int) (GPUIVF_PAGE_CAPACITY / GpuivfVectorTupleSize(meta)) + 1;
     float4     *x = (float4 *) palloc(sizeof(float4) * dims * (Size) cap);
     uint64     *ids = (uint64 *) palloc(sizeof(uint64) * cap);
     uint64     *heap_ids = (uint64 *) palloc(sizeof(uint64) * cap);
@@ -54,10 +56,13 @@ WalkVectorPages(Relation index, int dims, RowSinkFn sink, void *arg)
                 ItemPointerData vtid;
 
                 if (!ItemIdIsNormal(iid) ||
-                    ItemIdGetLength(iid) < offsetof(GpuivfVectorTuple, x) + sizeof(float4) * dims)
+                    ItemIdGetLength(iid) < offsetof(GpuivfVectorTuple, x) + value_bytes)
                     continue;
                 vt = (GpuivfVectorTuple *) PageGetItem(page, iid);
-                memcpy(x + (Size) n * dims, vt->x, sizeof(float4) * dims);
+                if (meta->storage == GPUIVF_STORAGE_FLOAT16)
+                    gpuivf::half_to_float_n((const uint16_t *) vt->x, x + (Size) n * dims, dims);
+                else
+                    memcpy(x + (Size) n * dims, vt->x, sizeof(float4) * dims);
                 ItemPointerSet(&vtid, blkno, off);
                 heap_ids[n] = GpuivfTidToId(&vt->heaptid);
                 ids[n++] = GpuivfTidToId(&vtid);
@@ -90,7 +95,7 @@ HeapWalkCallback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
     const float4 *x;
     int         dims;
 
-    x = GpuivfRowVector(values, isnull, hw->rowctx, &dims);
+    x = GpuivfRowVector(GpuivfGetOpclassInfo(index).type, values, isnull, hw->rowctx, &dims);
     if (x == NULL)
         return;
     if (dims == hw->dims)
@@ -123,13 +128,14 @@ WalkHeapRows(Relation heap, Relation index, int dims, RowSinkFn sink, void *arg)
     MemoryContextDelete(hw.rowctx);
 }
 
-/* All rows of the index, from its vector pages or (no vectors) the heap. */
+/* All rows of the index, from its vector pages or (no vectors in the
+ * index: rerank = false, or re-rank from the table) the heap. */
 void
 WalkIndexedRows(Relation index, Relation heap, const GpuivfMetaPageData *meta,
                 RowSinkFn sink, void *arg)
 {
-    if (GpuivfMetaStoresVectors(meta))
-        WalkVectorPages(index, (int) meta->dims, sink, arg);
+    if (GpuivfMetaStoresVectors(meta) && !GpuivfMetaRerankFromTable(meta))
+        WalkVectorPages(index, meta, sink, arg);
     else
         WalkHeapRows(heap, index, (int) meta->dims, sink, arg);
 }

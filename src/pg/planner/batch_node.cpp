@@ -155,25 +155,24 @@ RowQueryVector(BatchState *bs, int *n)
     ExprContext *econtext = bs->css.ss.ps.ps_ExprContext;
     bool        isnull;
     Datum       d;
-    ArrayType  *array;
+    GpuivfVectorType type;
     const float4 *x;
     float4     *copy;
     MemoryContext oldcxt;
 
+    if (bs->nindexes == 0)
+        return NULL;
+    /* every index of the node is on the same column type (a partitioned
+     * index's partitions share its operator class) */
+    type = GpuivfGetOpclassInfo(bs->indexes[0].index).type;
     d = ExecEvalExprSwitchContext(bs->arg_state, econtext, &isnull);
     if (isnull)
         return NULL;
-    /* a detoasted copy lives until the next row's ResetExprContext */
+    /* a detoasted (or widened) copy lives until the next row's ResetExprContext */
     oldcxt = MemoryContextSwitchTo(econtext->ecxt_per_tuple_memory);
-    array = DatumGetArrayTypeP(d);
+    x = GpuivfVectorValuesIfValid(type, d, n);
     MemoryContextSwitchTo(oldcxt);
-    if (ARR_ELEMTYPE(array) != FLOAT4OID || ARR_NDIM(array) != 1 || ARR_HASNULL(array))
-        return NULL;
-    *n = ArrayGetNItems(ARR_NDIM(array), ARR_DIMS(array));
-    if (*n <= 0)
-        return NULL;
-    x = (const float4 *) ARR_DATA_PTR(array);
-    if (!GpuivfValuesAcceptable(x, *n))
+    if (x == NULL)
         return NULL;
     copy = (float4 *) MemoryContextAlloc(bs->chunk_ctx, sizeof(float4) * *n);
     memcpy(copy, x, sizeof(float4) * *n);

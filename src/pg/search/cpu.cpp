@@ -5,11 +5,13 @@
  *
  * CPU path, per query (the algorithm of a scan's round 1):
  *   IVF    the nprobe best lists; every entry ADC-scored into a TopK of
- *          C = max(k, rerank) candidates; with stored vectors the C
- *          candidates are re-ranked with exact distances; sorted by
+ *          C = max(k, rerank) candidates; with re-rank the C candidates
+ *          are re-ranked with exact distances (search/rerank.cpp: from the
+ *          vector tuples, or from the table's rows); sorted by
  *          (distance, heap TID), the first k returned.
- *   exact  untrained index, or nprobe >= lists with stored vectors: the k
- *          smallest exact distances over every vector tuple.
+ *   exact  untrained index, or nprobe >= lists with re-rank: the k
+ *          smallest exact distances over every row (the vector tuples, or
+ *          the table's rows; search/rows.cpp).
  * The batch is processed list-major: each probed list's pages are read once
  * and scored against every query probing it, each vector page once for all
  * re-ranks.  TopK breaks ties by id, so the order of work changes nothing.
@@ -91,62 +93,63 @@ HeapPush(GpuivfResult *heap, int *size, int k, double distance, uint64 heapid)
 
 /* --------------------------------------------------------- exact path */
 
+/* the exact path's state: each query's distance and bounded heap */
+typedef struct ExactState
+{
+    const GpuivfQuery *queries;
+    const int  *which;
+    int         nexact;
+    GpuivfRowDistance *rd;
+    GpuivfResult **heaps;
+    int        *sizes;
+} ExactState;
+
+static void
+ExactVisit(void *arg, const GpuivfRow *row)
+{
+    ExactState *es = (ExactState *) arg;
+
+    for (int j = 0; j < es->nexact; j++)
+    {
+        const GpuivfQuery *q = &es->queries[es->which[j]];
+
+        HeapPush(es->heaps[j], &es->sizes[j], q->k, GpuivfRowDistanceOf(&es->rd[j], row),
+                 row->heapid);
+    }
+}
+
 /*
- * Exact top-k of the queries listed in which[0..nexact): one pass over all
- * vector pages.
+ * Exact top-k of the queries listed in which[0..nexact): one pass over
+ * every row (the vector pages, or the table's rows), with the distance of
+ * an exact scan (pgvector's operator on pgvector columns).
  */
 static void
 SearchExact(Relation index, SearchScratch *s, const GpuivfQuery *queries, const int *which,
             int nexact, MemoryContext caller, GpuivfHit **hits, int *nhits)
 {
-    BlockNumber nblocks = RelationGetNumberOfBlocks(index);
     BufferAccessStrategy bas = GetAccessStrategy(BAS_BULKREAD);
-    GpuivfResult **heaps = (GpuivfResult **) palloc(sizeof(GpuivfResult *) * nexact);
-    int        *sizes = (int *) palloc0(sizeof(int) * nexact);
-    int         dims = s->dims;
+    ExactState  es;
 
+    es.queries = queries;
+    es.which = which;
+    es.nexact = nexact;
+    es.rd = (GpuivfRowDistance *) palloc(sizeof(GpuivfRowDistance) * nexact);
+    es.heaps = (GpuivfResult **) palloc(sizeof(GpuivfResult *) * nexact);
+    es.sizes = (int *) palloc0(sizeof(int) * nexact);
     for (int j = 0; j < nexact; j++)
-        heaps[j] = (GpuivfResult *) palloc(sizeof(GpuivfResult) * queries[which[j]].k);
-
-    for (BlockNumber blkno = GPUIVF_METAPAGE_BLKNO + 1; blkno < nblocks; blkno++)
     {
-        Buffer      buf = ReadBufferExtended(index, MAIN_FORKNUM, blkno, RBM_NORMAL, bas);
-        Page        page;
-
-        LockBuffer(buf, BUFFER_LOCK_SHARE);
-        page = BufferGetPage(buf);
-        if (GpuivfPageIsType(page, GPUIVF_PAGE_VECTOR))
-        {
-            OffsetNumber maxoff = PageGetMaxOffsetNumber(page);
-
-            for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off = OffsetNumberNext(off))
-            {
-                GpuivfVectorTuple *vt = GpuivfPageVectorTuple(index, page, blkno, off, dims);
-                uint64      heapid;
-
-                if (vt == NULL)
-                    continue;
-                heapid = GpuivfTidToId(&vt->heaptid);
-                for (int j = 0; j < nexact; j++)
-                {
-                    const GpuivfQuery *q = &queries[which[j]];
-                    double      d = gpuivf::metric_distance(s->metric, q->vector, vt->x, dims);
-
-                    HeapPush(heaps[j], &sizes[j], q->k, d, heapid);
-                }
-            }
-        }
-        UnlockReleaseBuffer(buf);
-        CHECK_FOR_INTERRUPTS();
+        es.heaps[j] = (GpuivfResult *) palloc(sizeof(GpuivfResult) * queries[which[j]].k);
+        GpuivfRowDistanceInit(&es.rd[j], index, &s->meta, queries[which[j]].vector, true);
     }
+    GpuivfForEachRow(index, &s->meta, bas, ExactVisit, &es);
     FreeAccessStrategy(bas);
 
     for (int j = 0; j < nexact; j++)
     {
         int         qi = which[j];
 
-        SortResults(heaps[j], sizes[j]);
-        hits[qi] = MakeHits(caller, heaps[j], sizes[j], queries[qi].k, &nhits[qi]);
+        SortResults(es.heaps[j], es.sizes[j]);
+        hits[qi] = MakeHits(caller, es.heaps[j], es.sizes[j], queries[qi].k, &nhits[qi]);
     }
 }
 
@@ -164,7 +167,10 @@ SearchIvf(Relation index, SearchScratch *s, const GpuivfQuery *queries, const in
     gpuivf::IvfPqModel model = state->model;   /* views of rd_amcache arrays */
     int         nlist = (int) s->meta.lists;
     int         dims = s->dims;
-    bool        stores_vectors = GpuivfMetaStoresVectors(&s->meta);
+    /* re-ranked: from the vector tuples (entries are their TIDs) or from
+     * the table (entries are heap TIDs); else entries are heap TIDs and the
+     * ADC order is the answer */
+    bool        rerank = (s->meta.flags & GPUIVF_META_RERANK) != 0;
     float      *prepared = (float *) MemoryContextAllocHuge(s->ctx, sizeof(float) * (Size) nivf * dims);
     int        *cap = (int *) palloc(sizeof(int) * nivf);
     gpuivf::TopK *topk = (gpuivf::TopK *) palloc(sizeof(gpuivf::TopK) * nivf);
@@ -203,7 +209,7 @@ SearchIvf(Relation index, SearchScratch *s, const GpuivfQuery *queries, const in
                 total_probes++;
             }
         }
-        cap[j] = Max(stores_vectors ? Max(q->k, q->rerank) : q->k, 1);
+        cap[j] = Max(rerank ? Max(q->k, q->rerank) : q->k, 1);
         gpuivf::topk_init(&topk[j],
                           (float *) palloc(sizeof(float) * cap[j]),
                           (uint64 *) palloc(sizeof(uint64) * cap[j]), cap[j]);
@@ -284,7 +290,7 @@ SearchIvf(Relation index, SearchScratch *s, const GpuivfQuery *queries, const in
     for (int j = 0; j < nivf; j++)
         gpuivf::topk_sort(&topk[j]);
 
-    if (!stores_vectors)
+    if (!rerank)
     {
         /* list entries hold heap TIDs; ADC distances, already in order */
         for (int j = 0; j < nivf; j++)
@@ -302,7 +308,8 @@ SearchIvf(Relation index, SearchScratch *s, const GpuivfQuery *queries, const in
         return;
     }
 
-    /* exact re-rank of every query's candidates (search/rerank.cpp) */
+    /* exact re-rank of every query's candidates (search/rerank.cpp: from
+     * the vector tuples or the table) */
     {
         uint64    **cand = (uint64 **) palloc(sizeof(uint64 *) * nivf);
         int        *ncand = (int *) palloc(sizeof(int) * nivf);
@@ -330,8 +337,6 @@ GpuivfSearchBatchCpu(Relation index, int nq, const GpuivfQuery *queries,
     int        *ivf_which;
     int         nexact = 0;
     int         nivf = 0;
-    bool        trained;
-    bool        stores_vectors;
     int64       reranked = 0;
 
     memset(&s, 0, sizeof(s));
@@ -342,8 +347,6 @@ GpuivfSearchBatchCpu(Relation index, int nq, const GpuivfQuery *queries,
     s.metric = (gpuivf::Metric) s.meta.metric;
     s.dims = (int) s.meta.dims;
     s.code_size = s.meta.code_size;
-    trained = GpuivfMetaIsTrained(&s.meta) && s.meta.lists > 0;
-    stores_vectors = GpuivfMetaStoresVectors(&s.meta);
 
     exact_which = (int *) palloc(sizeof(int) * Max(nq, 1));
     ivf_which = (int *) palloc(sizeof(int) * Max(nq, 1));
@@ -355,7 +358,7 @@ GpuivfSearchBatchCpu(Relation index, int nq, const GpuivfQuery *queries,
         nhits[i] = 0;
         if (s.dims == 0 || q->vector == NULL || q->k < 1)
             continue;           /* never saw a vector: nothing to find */
-        if (!trained || (stores_vectors && q->nprobe >= (int) s.meta.lists))
+        if (GpuivfQueryIsExact(&s.meta, q))
             exact_which[nexact++] = i;
         else
             ivf_which[nivf++] = i;

@@ -1,10 +1,13 @@
 /*
  * search/rerank.cpp — the exact re-rank of PQ candidates on the host: the
  * CPU path's (search/cpu.cpp) and that of a GPU search whose copy holds
- * only codes (an index larger than the GPU: worker/backend/search.cpp).
- * The candidates are entry ids, what list entries hold: vector tuple TIDs.
- * Each candidate's exact distance is computed from its vector tuple, every
- * vector page read once for all the candidates of all the queries on it.
+ * only codes (an index larger than the GPU, or one that re-ranks from the
+ * table: worker/backend/search.cpp).  The candidates are entry ids, what
+ * list entries hold: vector tuple TIDs, or heap TIDs for an index that
+ * re-ranks from the table.  Each candidate's exact distance is computed
+ * from its vector tuple (halves widened), every vector page read once for
+ * all the candidates of all the queries on it; or from the table's row
+ * (search/rows.cpp), every row read once, in heap order.
  */
 #include "gpuivf.h"
 #include "search/search.h"
@@ -91,43 +94,57 @@ DropDuplicateRows(GpuivfResult *r, int n, int k)
     return m;
 }
 
-/* The exact re-rank (search.h). */
-void
-GpuivfRerankCandidates(Relation index, const GpuivfMetaPageData *meta, int n,
-                       const GpuivfQuery *queries, const int *which, uint64 *const *cand,
-                       const int *ncand, MemoryContext caller, GpuivfHit **hits, int *nhits,
-                       int64 *reranked)
+/*
+ * The re-rank from the table: items (sorted by entry = heap TID) read from
+ * the index's table, each row once for all the queries that want it, its
+ * indexed column (or expression) computed by PostgreSQL; rows with no
+ * version left are skipped.  A row twice among one query's candidates
+ * counts once here already.
+ */
+static void
+RerankTableRows(Relation index, const GpuivfMetaPageData *meta, GpuivfRowDistance *rd,
+                const RerankItem *items, int64 nitems, GpuivfResult **res, int *nres)
 {
-    gpuivf::Metric metric = (gpuivf::Metric) meta->metric;
-    int         dims = (int) meta->dims;
-    int64       nitems = 0;
-    RerankItem *items;
-    GpuivfResult **res = (GpuivfResult **) palloc(sizeof(GpuivfResult *) * n);
-    int        *nres = (int *) palloc0(sizeof(int) * n);
-    int64       i = 0;
+    GpuivfTableRows *tr = GpuivfTableRowsBegin(index, (int) meta->dims);
+    GpuivfRow   row;
+
+    row.vt = NULL;
+    row.values = NULL;
+    for (int64 i = 0; i < nitems; i++)
+    {
+        int         j = items[i].query;
+        GpuivfResult *r;
+
+        if (i == 0 || items[i].entry != items[i - 1].entry)
+        {
+            row.heapid = items[i].entry;
+            row.values = GpuivfTableRowValues(tr, row.heapid);
+        }
+        else if (items[i].query == items[i - 1].query)
+            continue;
+        if (row.values == NULL)
+            continue;           /* every version of the row is gone */
+        r = &res[j][nres[j]++];
+        r->distance = GpuivfRowDistanceOf(&rd[j], &row);
+        r->heapid = row.heapid;
+        if (i % 64 == 0)
+            CHECK_FOR_INTERRUPTS();
+    }
+    GpuivfTableRowsEnd(tr);
+}
+
+/*
+ * The re-rank from the vector tuples: items (sorted by entry = vector
+ * tuple TID) grouped by vector page, each page read once for all of them.
+ */
+static void
+RerankVectorPages(Relation index, Size value_bytes, GpuivfRowDistance *rd,
+                  const RerankItem *items, int64 nitems, GpuivfResult **res, int *nres)
+{
+    int64       i;
     int64      *gstart;
     int64       ngroups = 0;
     Buffer      pinned[RERANK_PIN_AHEAD];
-
-    for (int j = 0; j < n; j++)
-    {
-        nitems += ncand[j];
-        res[j] = (GpuivfResult *) palloc(sizeof(GpuivfResult) * Max(ncand[j], 1));
-    }
-    items = (RerankItem *) palloc_extended(sizeof(RerankItem) * Max(nitems, 1), MCXT_ALLOC_HUGE);
-    nitems = 0;
-    for (int j = 0; j < n; j++)
-        for (int c = 0; c < ncand[j]; c++)
-        {
-            items[nitems].entry = cand[j][c];
-            items[nitems].query = j;
-            items[nitems].slot = c;
-            nitems++;
-        }
-    std::sort(items, items + nitems, [](const RerankItem &x, const RerankItem &y) {
-        return x.entry != y.entry ? x.entry < y.entry : x.query < y.query;
-    });
-    *reranked += nitems;
 
     /* the candidates grouped by vector page: group g is items[gstart[g], gstart[g + 1]) */
     gstart = (int64 *) palloc_extended(sizeof(int64) * (nitems + 1), MCXT_ALLOC_HUGE);
@@ -162,7 +179,7 @@ GpuivfRerankCandidates(Relation index, const GpuivfMetaPageData *meta, int n,
         for (i = gstart[g]; i < gstart[g + 1]; i++)
         {
             OffsetNumber off = (OffsetNumber) (items[i].entry & 0xFFFF);
-            GpuivfVectorTuple *vt = GpuivfPageVectorTuple(index, page, blkno, off, dims);
+            GpuivfVectorTuple *vt = GpuivfPageVectorTuple(index, page, blkno, off, value_bytes);
             int         j = items[i].query;
             GpuivfResult *r;
 
@@ -170,13 +187,54 @@ GpuivfRerankCandidates(Relation index, const GpuivfMetaPageData *meta, int n,
             if (vt == NULL)
                 continue;
             r = &res[j][nres[j]++];
-            r->distance = gpuivf::metric_distance(metric, queries[which ? which[j] : j].vector,
-                                                  vt->x, dims);
+            r->distance = gpuivf::metric_distance(rd[j].metric, rd[j].query,
+                                                  GpuivfTupleValues(&rd[j], vt), rd[j].dims);
             r->heapid = GpuivfTidToId(&vt->heaptid);
         }
         UnlockReleaseBuffer(buf);
         CHECK_FOR_INTERRUPTS();
     }
+    pfree(gstart);
+}
+
+/* The exact re-rank (search.h). */
+void
+GpuivfRerankCandidates(Relation index, const GpuivfMetaPageData *meta, int n,
+                       const GpuivfQuery *queries, const int *which, uint64 *const *cand,
+                       const int *ncand, MemoryContext caller, GpuivfHit **hits, int *nhits,
+                       int64 *reranked)
+{
+    GpuivfRowDistance *rd = (GpuivfRowDistance *) palloc(sizeof(GpuivfRowDistance) * Max(n, 1));
+    int64       nitems = 0;
+    RerankItem *items;
+    GpuivfResult **res = (GpuivfResult **) palloc(sizeof(GpuivfResult *) * n);
+    int        *nres = (int *) palloc0(sizeof(int) * n);
+
+    for (int j = 0; j < n; j++)
+    {
+        nitems += ncand[j];
+        res[j] = (GpuivfResult *) palloc(sizeof(GpuivfResult) * Max(ncand[j], 1));
+        GpuivfRowDistanceInit(&rd[j], index, meta, queries[which ? which[j] : j].vector, false);
+    }
+    items = (RerankItem *) palloc_extended(sizeof(RerankItem) * Max(nitems, 1), MCXT_ALLOC_HUGE);
+    nitems = 0;
+    for (int j = 0; j < n; j++)
+        for (int c = 0; c < ncand[j]; c++)
+        {
+            items[nitems].entry = cand[j][c];
+            items[nitems].query = j;
+            items[nitems].slot = c;
+            nitems++;
+        }
+    std::sort(items, items + nitems, [](const RerankItem &x, const RerankItem &y) {
+        return x.entry != y.entry ? x.entry < y.entry : x.query < y.query;
+    });
+    *reranked += nitems;
+
+    if (GpuivfMetaRerankFromTable(meta))
+        RerankTableRows(index, meta, rd, items, nitems, res, nres);
+    else
+        RerankVectorPages(index, GpuivfVectorValueBytes(meta), rd, items, nitems, res, nres);
     for (int j = 0; j < n; j++)
     {
         int         qi = which ? which[j] : j;
@@ -190,5 +248,5 @@ GpuivfRerankCandidates(Relation index, const GpuivfMetaPageData *meta, int n,
     pfree(res);
     pfree(nres);
     pfree(items);
-    pfree(gstart);
+    pfree(rd);
 }

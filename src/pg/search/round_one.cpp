@@ -30,7 +30,7 @@ GpuivfMakeQuery(Relation index, const GpuivfMetaPageData *meta, int64 hint, doub
     query->vector = vector;
     query->k = k;
     query->nprobe = probes.nprobe;
-    query->rerank = GpuivfMetaStoresVectors(meta) ? Min(Max(k, candidates), gpuivf::kMaxK) : 0;
+    query->rerank = GpuivfMetaReranks(meta) ? Min(Max(k, candidates), gpuivf::kMaxK) : 0;
     return probes.source;
 }
 

@@ -111,15 +111,70 @@ bool        GpuivfTakeRoundOne(Oid indexoid, uint64 generation, const GpuivfQuer
 void        GpuivfClearOffer(void);
 /* rerank.cpp: the exact re-rank on the host of the PQ candidates of n
  * queries: cand[i][0 .. ncand[i]) are entry ids (what list entries hold:
- * vector tuple TIDs) of query queries[which ? which[i] : i]; its hits
+ * vector tuple TIDs, or heap TIDs when the index re-ranks from the table)
+ * of query queries[which ? which[i] : i]; its hits
  * (heap TIDs, exact SQL distances, best first, a heap TID at most once, at
  * most k) go to hits[that query] in the caller's context, and *reranked
- * counts the candidates.  Candidates whose vector tuple is gone are
- * skipped. */
+ * counts the candidates.  Candidates whose vector tuple (or every
+ * version of whose row) is gone are skipped. */
 void        GpuivfRerankCandidates(Relation index, const GpuivfMetaPageData *meta, int n,
                                    const GpuivfQuery *queries, const int *which,
                                    uint64 *const *cand, const int *ncand, MemoryContext caller,
                                    GpuivfHit **hits, int *nhits, int64 *reranked);
+
+/* --------------------------------------------------------------- rows.cpp */
+
+/*
+ * The exact distance of a query to the index's rows (rows.cpp): the
+ * engine's distance of the row's float4 values (halfvec: widened), or with
+ * exact = true on a pgvector column, pgvector's ORDER BY operator itself
+ * (exact scans equal a sequential scan ordered by it, bit for bit).
+ */
+typedef struct GpuivfRowDistance
+{
+    gpuivf::Metric metric;
+    int         dims;
+    int         storage;        /* GPUIVF_STORAGE_* of vector tuples */
+    const float4 *query;        /* raw query values */
+    float4     *widened;        /* dims floats: one tuple's halves, widened */
+    GpuivfVectorType type;
+    FmgrInfo   *op;             /* the ORDER BY operator's function, or NULL */
+    Datum       query_datum;    /* the query as that operator takes it */
+} GpuivfRowDistance;
+
+/* One row of the index: its heap id and either its vector tuple (values in
+ * the index) or its values (float4, from the table). */
+typedef struct GpuivfRow
+{
+    uint64      heapid;
+    const GpuivfVectorTuple *vt;
+    const float4 *values;
+} GpuivfRow;
+
+void        GpuivfRowDistanceInit(GpuivfRowDistance *rd, Relation index,
+                                  const GpuivfMetaPageData *meta, const float4 *query, bool exact);
+double      GpuivfRowDistanceOf(GpuivfRowDistance *rd, const GpuivfRow *row);
+/* a vector tuple's float4 values (halves widened into rd->widened) */
+const float4 *GpuivfTupleValues(GpuivfRowDistance *rd, const GpuivfVectorTuple *vt);
+
+/* Calls visit for every row of the index: each vector tuple (walking all
+ * pages, bas may be NULL), or with re-rank from the table each row the
+ * index names, read from the table in heap order. */
+typedef void (*GpuivfRowVisitor) (void *arg, const GpuivfRow *row);
+void        GpuivfForEachRow(Relation index, const GpuivfMetaPageData *meta,
+                             BufferAccessStrategy bas, GpuivfRowVisitor visit, void *arg);
+
+/* Rows read from the index's table by heap TID: the indexed column (or
+ * expression) of the first version of the row, checked and as float4 (valid
+ * until the next call); NULL when no version of the row is left. */
+typedef struct GpuivfTableRows GpuivfTableRows;
+GpuivfTableRows *GpuivfTableRowsBegin(Relation index, int dims);
+const float4 *GpuivfTableRowValues(GpuivfTableRows *tr, uint64 heapid);
+void        GpuivfTableRowsEnd(GpuivfTableRows *tr);
+/* rd's distance to a table row; *found = false (and 0) when it is gone */
+double      GpuivfTableRowDistance(GpuivfRowDistance *rd, GpuivfTableRows *tr, uint64 heapid,
+                                   bool *found);
+
 /* cpu.cpp: the CPU path of GpuivfSearchBatch (meta as there) */
 void        GpuivfSearchBatchCpu(Relation index, int nq, const GpuivfQuery *queries,
                                  GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats,

@@ -117,7 +117,8 @@ GpuivfCheckFormat(Relation index, const GpuivfMetaPageData *meta)
                  errhint("Rebuild the index with REINDEX.")));
 }
 
-/* Index-time limit on dimensions (a vector tuple must fit one page). */
+/* Index-time limit on dimensions (pgvector's: vectors larger than a page
+ * are re-ranked from the table, GpuivfStorageFlags). */
 void
 GpuivfCheckMaxDims(int dims)
 {
@@ -126,6 +127,40 @@ GpuivfCheckMaxDims(int dims)
                 (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
                  errmsg("column cannot have more than %d dimensions for gpuivf index",
                         gpuivf::kMaxDims)));
+}
+
+/* The storage of a column type's values in vector tuples. */
+uint16
+GpuivfStorageOf(GpuivfVectorType type)
+{
+    return type == GPUIVF_TYPE_HALFVEC ? GPUIVF_STORAGE_FLOAT16 : GPUIVF_STORAGE_FLOAT4;
+}
+
+/* See storage.h. */
+uint16
+GpuivfStorageFlags(Relation index, const GpuivfOptions *opts, int dims, bool trained)
+{
+    uint16      storage = GpuivfStorageOf(GpuivfGetOpclassInfo(index).type);
+    Size        size = GpuivfVectorTupleSizeFor(Max(dims, 1), storage, false);
+    bool        too_big = dims > 0 && size > GPUIVF_MAX_VECTOR_TUPLE_SIZE;
+    bool        vectors = !trained || opts->rerank;     /* rows need exact values */
+    uint16      flags = opts->rerank ? GPUIVF_META_RERANK : 0;
+
+    if (!vectors)
+        return flags;
+    if (opts->rerank_from == GPUIVF_RERANK_FROM_TABLE ||
+        (opts->rerank_from == GPUIVF_RERANK_FROM_AUTO && too_big))
+        return flags | GPUIVF_META_RERANK_TABLE;
+    if (too_big)
+        ereport(ERROR,
+                (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                 errmsg("vectors of %d dimensions do not fit a page of gpuivf index \"%s\"",
+                        dims, RelationGetRelationName(index)),
+                 errdetail("A copy of one vector takes %zu bytes; a page holds at most %zu.",
+                           size, (Size) GPUIVF_MAX_VECTOR_TUPLE_SIZE),
+                 errhint("Set rerank_from to 'table' or 'auto' to re-rank from the table's column, "
+                         "or index a halfvec expression of the column.")));
+    return flags;
 }
 
 /* Name of a metric as gpuivf_index_info shows it. */

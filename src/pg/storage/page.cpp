@@ -571,16 +571,17 @@ GpuivfLogInsert(Relation index, const GpuivfInsertPlan *plan)
     if (BufferIsValid(plan->vecbuf))
     {
         Page        vpage;
-        Size        size = GPUIVF_VECTOR_TUPLE_SIZE(plan->dims);
+        Size        size = GpuivfVectorTupleSizeFor((int) plan->dims, plan->storage, plan->from_table);
         GpuivfVectorTuple *vt = (GpuivfVectorTuple *) palloc0(size);
+        ItemPointerData heaptid = plan->heaptid;
         OffsetNumber off;
 
         if (plan->vec_init)
             GpuivfInitRegisterPage(state, plan->vecbuf, GPUIVF_PAGE_VECTOR, &vpage);
         else
             vpage = GenericXLogRegisterBuffer(state, plan->vecbuf, 0);
-        vt->heaptid = plan->heaptid;
-        memcpy(vt->x, plan->vector, sizeof(float4) * plan->dims);
+        GpuivfFillVectorTuple(vt, &heaptid, plan->vector, (int) plan->dims, plan->storage,
+                              plan->from_table);
         off = PageAddItemOrError(index, vpage, vt, size);
         vecblk = BufferGetBlockNumber(plan->vecbuf);
         ItemPointerSet(&entry_tid, vecblk, off);
@@ -614,7 +615,10 @@ GpuivfLogInsert(Relation index, const GpuivfInsertPlan *plan)
     if (plan->vec_init)
         meta->vector_insert_page = vecblk;
     if (plan->set_dims)
+    {
         meta->dims = plan->dims;
+        meta->flags = plan->set_flags;
+    }
 
     GenericXLogFinish(state);
 }
@@ -976,10 +980,11 @@ GpuivfReadListPage(Relation index, BlockNumber blkno, int code_size, int capacit
  * The vector tuple at offset off of vector page blkno (locked by the
  * caller), or NULL when off is out of range or its line pointer is not in
  * use (VACUUM freed it); raises the corruption error when it is too short
- * for dims values.
+ * for value_bytes of values.
  */
 GpuivfVectorTuple *
-GpuivfPageVectorTuple(Relation index, Page page, BlockNumber blkno, OffsetNumber off, int dims)
+GpuivfPageVectorTuple(Relation index, Page page, BlockNumber blkno, OffsetNumber off,
+                      Size value_bytes)
 {
     ItemId      iid;
 
@@ -988,7 +993,22 @@ GpuivfPageVectorTuple(Relation index, Page page, BlockNumber blkno, OffsetNumber
     iid = PageGetItemId(page, off);
     if (!ItemIdIsNormal(iid))
         return NULL;
-    if (ItemIdGetLength(iid) < offsetof(GpuivfVectorTuple, x) + sizeof(float4) * dims)
+    if (ItemIdGetLength(iid) < offsetof(GpuivfVectorTuple, x) + value_bytes)
         GpuivfBadPage(index, blkno, "well-formed vector");
     return (GpuivfVectorTuple *) PageGetItem(page, iid);
+}
+
+/* A vector tuple's contents (storage.h); vt is zeroed by the caller. */
+void
+GpuivfFillVectorTuple(GpuivfVectorTuple *vt, ItemPointer heaptid, const float4 *x, int dims,
+                      int storage, bool from_table)
+{
+    vt->heaptid = *heaptid;
+    vt->unused = 0;
+    if (from_table)
+        return;
+    if (storage == GPUIVF_STORAGE_FLOAT16)
+        gpuivf::float_to_half_n(x, (uint16_t *) vt->x, dims);
+    else
+        memcpy(vt->x, x, sizeof(float4) * dims);
 }

@@ -40,6 +40,13 @@ gpuivf::IvfPqModel GpuivfModelOf(const GpuivfMetaPageData *meta, const float *ce
 
 /* meta.cpp */
 void        GpuivfCheckMaxDims(int dims);   /* 54000 above gpuivf::kMaxDims */
+/* meta.cpp: the metapage flags and storage of an index with these options,
+ * column type and dims (0 = not known yet): RERANK per rerank, RERANK_TABLE
+ * per rerank_from ('auto': when a vector tuple would not fit a page; an
+ * untrained index keeps every row as a vector tuple, so whether it re-ranks
+ * or not); an ERROR when rerank_from = 'index' cannot hold the vectors. */
+uint16      GpuivfStorageFlags(Relation index, const GpuivfOptions *opts, int dims, bool trained);
+uint16      GpuivfStorageOf(GpuivfVectorType type);
 const char *GpuivfMetricName(int metric);
 /* ------------------------------------------- WAL-logged page changes */
 
@@ -108,6 +115,8 @@ typedef struct GpuivfInsertPlan
     bool        vec_init;       /* vecbuf is new (or all-zero): initialize it */
     const float4 *vector;       /* raw vector, dims values */
     uint32      dims;
+    uint16      storage;        /* GPUIVF_STORAGE_* of the vector tuple */
+    bool        from_table;     /* the vector tuple holds no values */
     ItemPointerData heaptid;
     Buffer      listbuf;        /* list page, or InvalidBuffer: untrained */
     const uint8 *code;          /* code_size bytes */
@@ -116,7 +125,8 @@ typedef struct GpuivfInsertPlan
     int         list;
     BlockNumber new_insert_page;    /* or InvalidBlockNumber: keep */
     Buffer      metabuf;
-    bool        set_dims;       /* first row of an untrained index fixes dims */
+    bool        set_dims;       /* first row of an untrained index fixes dims, */
+    uint16      set_flags;      /* and the flags (GpuivfStorageFlags for them) */
 } GpuivfInsertPlan;
 
 void        GpuivfLogInsert(Relation index, const GpuivfInsertPlan *plan);
@@ -152,6 +162,13 @@ const char *GpuivfDecodeListPage(Page page, int code_size, int capacity, uint64 
                                  uint8 *codes, int *n);   /* NULL, or what was expected */
 int         GpuivfReadListPage(Relation index, BlockNumber blkno, int code_size, int capacity,
                                uint64 *ids, uint8 *codes, BlockNumber *next);
+/* the vector tuple at off (NULL: not in use); value_bytes: what it must hold
+ * (GpuivfVectorValueBytes) */
 GpuivfVectorTuple *GpuivfPageVectorTuple(Relation index, Page page, BlockNumber blkno,
-                                         OffsetNumber off, int dims);    /* NULL: not in use */
+                                         OffsetNumber off, Size value_bytes);
+/* a vector tuple of the given storage: heap TID and the values of x (float4,
+ * narrowed to halves for GPUIVF_STORAGE_FLOAT16; none when from_table);
+ * vt has room for GpuivfVectorTupleSizeFor(dims, storage, from_table) */
+void        GpuivfFillVectorTuple(GpuivfVectorTuple *vt, ItemPointer heaptid, const float4 *x,
+                                  int dims, int storage, bool from_table);
 #endif                          /* GPUIVF_STORAGE_H */

@@ -218,8 +218,8 @@ GpuivfEstimateGpuBytes(const GpuivfMetaPageData *meta, int nshards, bool codes_o
 {
     double      per = (double) (TYPEALIGN(16, meta->code_size) + 8 + 4);
 
-    if ((meta->flags & GPUIVF_META_RERANK) && !codes_only)
-        per += 4.0 * meta->dims;
+    if (GpuivfMetaStoresVectors(meta) && !codes_only)
+        per += (double) GpuivfStorageElemSize(meta->storage) * meta->dims;
     return (int64) ((double) meta->vectors * per * 1.25 / Max(nshards, 1)) +
         (int64) meta->lists * meta->dims * 4 +
         (int64) GpuivfCodebookFloats((int) meta->dims, meta->pq_m, meta->pq_bits) * 4;

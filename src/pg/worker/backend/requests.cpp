@@ -188,8 +188,9 @@ SetIndexIdentity(GpuivfRequestSlot *slot, Relation index, const GpuivfMetaPageDa
 /* ----------------------------------------------------- sharded search */
 
 /*
- * The placement of an index of meta's shape (backend.h).  Copies with the
- * re-rank vectors come first: one worker's, else the fewest shards that
+ * The placement of an index of meta's shape (backend.h).  An index that
+ * re-ranks from the table has copies of its codes alone, always.  Copies
+ * with the re-rank vectors come first: one worker's, else the fewest shards that
  * fit; then, for an index that stores vectors, copies of the codes alone
  * (about a fifth of the bytes for 128 dimensions and 32-byte codes): one
  * worker's, else the fewest shards.  "Fit": within the smallest
@@ -202,7 +203,10 @@ GpuivfPlaceIndex(const GpuivfMetaPageData *meta)
 {
     int         nworkers = GpuivfShmem->nworkers;
     int64       limit = -1;
-    bool        vectors = (meta->flags & GPUIVF_META_RERANK) != 0;
+    bool        reranks = (meta->flags & GPUIVF_META_RERANK) != 0;
+    /* re-rank from the table: the copies hold codes alone, and the
+     * backends re-rank their ADC candidates from the table's rows */
+    bool        host_only = reranks && !GpuivfMetaStoresVectors(meta);
     int         most;
     GpuivfPlacement pl;
 
@@ -227,18 +231,18 @@ GpuivfPlaceIndex(const GpuivfMetaPageData *meta)
             limit = wlimit;
     }
     pl.nshards = 1;
-    pl.codes_only = false;
+    pl.codes_only = host_only;
     if (nworkers >= 2 && gpuivf_shards >= 2)
     {
         pl.nshards = Min(gpuivf_shards, nworkers);
-        pl.codes_only = vectors && limit > 0 &&
-            GpuivfEstimateGpuBytes(meta, pl.nshards, false) > limit;
+        pl.codes_only = host_only || (reranks && limit > 0 &&
+                                      GpuivfEstimateGpuBytes(meta, pl.nshards, false) > limit);
         return pl;
     }
     if (limit <= 0)
         return pl;
     most = nworkers >= 2 && gpuivf_shards == 0 ? nworkers : 1;
-    for (int codes_only = 0; codes_only <= (vectors ? 1 : 0); codes_only++)
+    for (int codes_only = host_only ? 1 : 0; codes_only <= (reranks ? 1 : 0); codes_only++)
         for (int s = 1; s <= most; s++)
             if (GpuivfEstimateGpuBytes(meta, s, codes_only) <= limit)
             {
@@ -247,7 +251,7 @@ GpuivfPlaceIndex(const GpuivfMetaPageData *meta)
                 return pl;
             }
     pl.nshards = most;
-    pl.codes_only = vectors;
+    pl.codes_only = reranks;
     return pl;
 }
 

@@ -278,7 +278,7 @@ ShardedSearch(Relation index, const GpuivfMetaPageData *meta, const GpuivfPlacem
               GpuivfSearchStats *stats)
 {
     int         nshards = pl->nshards;
-    bool        stores_vectors = (meta->flags & GPUIVF_META_RERANK) != 0 && !pl->codes_only;
+    bool        stores_vectors = GpuivfMetaStoresVectors(meta) && !pl->codes_only;
     ShardHit  **pool = (ShardHit **) palloc(sizeof(ShardHit *) * nq);
     int        *npool = (int *) palloc0(sizeof(int) * nq);
     int        *cand = (int *) palloc(sizeof(int) * nq);

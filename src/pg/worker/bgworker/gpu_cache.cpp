@@ -234,7 +234,7 @@ UpdateDeviceBytes(GpuIndex *ix)
 bool
 CopyStoresVectors(const GpuIndex *ix, const GpuivfMetaPageData *meta)
 {
-    return (meta->flags & GPUIVF_META_RERANK) != 0 && !ix->codes_only;
+    return GpuivfMetaStoresVectors(meta) && !ix->codes_only;
 }
 
 /* Create the device index and an empty mirror for meta's model. */
@@ -263,7 +263,9 @@ CreateCopy(GpuIndex *ix, const GpuivfMetaPageData *meta)
     model.centroids = centroids;
     model.codebook = codebook;
     WITH_EVICTION(ix, GpuivfCuda.gpuivf_cuda_index_create(GpuivfCudaRes, &model,
-                                                          CopyStoresVectors(ix, meta),
+                                                          !CopyStoresVectors(ix, meta) ? GPUIVF_CUDA_VECTORS_NONE
+                                                          : meta->storage == GPUIVF_STORAGE_FLOAT16 ? GPUIVF_CUDA_VECTORS_FLOAT16
+                                                          : GPUIVF_CUDA_VECTORS_FLOAT32,
                                                           &ix->gindex),
                   "create a GPU index");
     pfree(centroids);

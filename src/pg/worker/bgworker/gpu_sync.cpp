@@ -136,14 +136,16 @@ WalkLists(GpuIndex *ix, const GpuivfMetaPageData *meta, bool use_lsn, Walk *wk)
 
 /*
  * Resolve n entries (vector TIDs) to heap ids and raw vectors by reading
- * their vector tuples; an entry whose tuple is gone gets UINT64_MAX.  Each
+ * their vector tuples (the stored values as they are: float4, or IEEE
+ * halves, which the engine keeps as halves); an entry whose tuple is gone
+ * gets UINT64_MAX.  Each
  * run of entries on one vector page costs one page read, so callers pass
  * the TIDs in ascending order (AddEntries sorts them): then every page is
  * read once.
  */
 static void
-ResolveVectors(const GpuIndex *ix, const uint64 *tids, int64 n, int dims, uint64 *ids,
-               float *vectors)
+ResolveVectors(const GpuIndex *ix, const uint64 *tids, int64 n, Size row_bytes, uint64 *ids,
+               char *vectors)
 {
     int64       i = 0;
 
@@ -174,11 +176,11 @@ ResolveVectors(const GpuIndex *ix, const uint64 *tids, int64 n, int dims, uint64
                 continue;
             iid = PageGetItemId(page, off);
             if (!ItemIdIsNormal(iid) ||
-                ItemIdGetLength(iid) < offsetof(GpuivfVectorTuple, x) + sizeof(float4) * dims)
+                ItemIdGetLength(iid) < offsetof(GpuivfVectorTuple, x) + row_bytes)
                 continue;
             vt = (GpuivfVectorTuple *) PageGetItem(page, iid);
             ids[i] = GpuivfTidToId(&vt->heaptid);
-            memcpy(vectors + (Size) i * dims, vt->x, sizeof(float4) * dims);
+            memcpy(vectors + (Size) i * row_bytes, vt->x, row_bytes);
         }
         UnlockReleaseBuffer(buf);
         CHECK_FOR_INTERRUPTS();
@@ -260,9 +262,9 @@ void
 AddEntries(GpuIndex *ix, const GpuivfMetaPageData *meta, Walk *wk, uint64 *ids_out)
 {
     bool        rerank = CopyStoresVectors(ix, meta);   /* else ids: entry TIDs */
-    int         dims = meta->dims;
+    Size        row_bytes = rerank ? GpuivfVectorValueBytes(meta) : 0;
     int         code_size = meta->code_size;
-    Size        per = (Size) code_size + 8 + 8 + 4 + (rerank ? sizeof(float) * dims : 0);
+    Size        per = (Size) code_size + 8 + 8 + 4 + row_bytes;
     int64       chunk = Max((int64) 1024, (int64) (GPUIVF_ADD_CHUNK_BYTES / per));
     int64       total = 0;
     int32      *lists;
@@ -270,7 +272,7 @@ AddEntries(GpuIndex *ix, const GpuivfMetaPageData *meta, Walk *wk, uint64 *ids_o
     uint64     *tids;
     uint64     *ids;
     uint64     *keep_ids;
-    float      *vectors = NULL;
+    char       *vectors = NULL;
     int64      *where;
     AddItem    *items;
     int64       e = 0;
@@ -304,7 +306,7 @@ AddEntries(GpuIndex *ix, const GpuivfMetaPageData *meta, Walk *wk, uint64 *ids_o
     keep_ids = (uint64 *) palloc(sizeof(uint64) * chunk);
     where = (int64 *) palloc(sizeof(int64) * chunk);
     if (rerank)
-        vectors = (float *) palloc_extended(sizeof(float) * dims * chunk, MCXT_ALLOC_HUGE);
+        vectors = (char *) palloc_extended(row_bytes * chunk, MCXT_ALLOC_HUGE);
 
     for (int64 c0 = 0; c0 < total; c0 += chunk)
     {
@@ -322,7 +324,7 @@ AddEntries(GpuIndex *ix, const GpuivfMetaPageData *meta, Walk *wk, uint64 *ids_o
         }
         INSTR_TIME_SET_CURRENT(t0);
         if (rerank)
-            ResolveVectors(ix, tids, n, dims, ids, vectors);
+            ResolveVectors(ix, tids, n, row_bytes, ids, vectors);
         else
             memcpy(ids, tids, sizeof(uint64) * n);
         GpuivfAddSeconds(&wk->t_vectors, &t0);
@@ -339,8 +341,8 @@ AddEntries(GpuIndex *ix, const GpuivfMetaPageData *meta, Walk *wk, uint64 *ids_o
                 lists[kept] = lists[j];
                 memcpy(codes + (Size) kept * code_size, codes + (Size) j * code_size, code_size);
                 if (rerank)
-                    memcpy(vectors + (Size) kept * dims, vectors + (Size) j * dims,
-                           sizeof(float) * dims);
+                    memcpy(vectors + (Size) kept * row_bytes, vectors + (Size) j * row_bytes,
+                           row_bytes);
             }
             keep_ids[kept++] = ids[j];
         }
