@@ -220,11 +220,14 @@ sub read_ivecs
 }
 
 # SQL literal of a float4 vector; 9 significant digits read back to the
-# same float4.
+# same float4.  $type: real[] (default), or pgvector's vector or halfvec
+# (a halfvec literal rounds each value to half precision).
 sub vec_literal
 {
-	my ($x) = @_;
-	return "'{" . join(',', map { sprintf('%.9g', $_) } @$x) . "}'::real[]";
+	my ($x, $type) = @_;
+	my $values = join(',', map { sprintf('%.9g', $_) } @$x);
+	return "'{$values}'::real[]" if !$type || $type eq 'real[]';
+	return "'[$values]'::$type";
 }
 
 sub metric_operator
@@ -249,19 +252,22 @@ sub exact_settings
 }
 
 # The k nearest ids of each query by the index, in one psql session.
-#   settings => "SET ...;"  (e.g. gpuivf.probes), column => 'v', dbname
+#   settings => "SET ...;"  (e.g. gpuivf.probes), column => 'v', dbname,
+#   type => 'vector' | 'halfvec' (the queries' type; default real[]),
+#   seqscan => 1 (no index: a sequential scan and sort)
 # Returns an arrayref (one arrayref of ids per query).
 sub knn_ids
 {
 	my ($node, $table, $metric, $queries, $k, %o) = @_;
 	my $op = metric_operator($metric);
 	my $col = $o{column} // 'v';
-	my $sql = exact_settings() . ($o{settings} // '') . "\n";
+	my $sql = ($o{seqscan} ? 'SET enable_indexscan = off; SET enable_bitmapscan = off;'
+		: exact_settings()) . ($o{settings} // '') . "\n";
 	for my $q (@$queries)
 	{
 		$sql .=
 		  "SELECT ARRAY(SELECT id FROM $table ORDER BY $col $op "
-		  . vec_literal($q)
+		  . vec_literal($q, $o{type})
 		  . " LIMIT $k);\n";
 	}
 	my $out = $node->safe_psql($o{dbname} // 'postgres', $sql);
