@@ -7,8 +7,10 @@
 # starts a cluster on 127.0.0.1 (a free port, a temporary data directory,
 # running as an unprivileged user), loads generated clustered vectors,
 # creates a gpuivf index, runs kNN queries with their recall@10 against an
-# exact sequential scan, shows gpuivf_index_info, then stops the cluster and
-# removes everything it created.
+# exact sequential scan, shows gpuivf_index_info, and — when pgvector is
+# installed or can be built from ../shared/vendor — the same on pgvector's
+# vector and halfvec columns; then stops the cluster and removes everything
+# it created.
 set -uo pipefail
 # shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -28,6 +30,8 @@ done
 
 say "Debian packages"
 ensure_packages
+say "pgvector"
+ensure_pgvector
 build_and_install "$REPO" || die "build failed"
 
 make_pg_dir DIR
@@ -121,5 +125,33 @@ SELECT gpuivf_verify('items_embedding_idx', true);
 \\set ECHO none
 \\echo 'gpuivf_verify: the index is consistent and holds every row'
 EOF
+
+if [ -z "$PGVECTOR_MISSING" ]; then
+psql_demo <<EOF || die "demo SQL (pgvector) failed"
+\\echo
+\\echo '--- pgvector columns: the same rows as vector($DIMS) and halfvec($DIMS), with pgvector''s operators'
+\\set ECHO queries
+CREATE EXTENSION gpuivf_vector CASCADE;
+CREATE TABLE docs AS SELECT id, embedding::vector($DIMS) AS embedding,
+                            embedding::halfvec($DIMS) AS embedding_h FROM items;
+CREATE INDEX docs_embedding_idx ON docs USING gpuivf (embedding vector_cosine_ops);
+CREATE INDEX docs_embedding_h_idx ON docs USING gpuivf (embedding_h halfvec_l2_ops);
+EXPLAIN (COSTS OFF)
+SELECT id FROM docs ORDER BY embedding <=> (SELECT embedding::vector FROM queries WHERE id = 0) LIMIT 5;
+SELECT id, embedding <=> (SELECT embedding::vector FROM queries WHERE id = 0) AS cosine_distance
+FROM docs ORDER BY embedding <=> (SELECT embedding::vector FROM queries WHERE id = 0) LIMIT 5;
+SELECT id, embedding_h <-> (SELECT embedding::halfvec FROM queries WHERE id = 0) AS l2_distance
+FROM docs ORDER BY embedding_h <-> (SELECT embedding::halfvec FROM queries WHERE id = 0) LIMIT 5;
+\\set ECHO none
+\\echo 'the halfvec index keeps half-precision vectors:'
+SELECT indexrelid::regclass AS index, gpuivf_index_info(indexrelid) ->> 'type' AS type,
+       gpuivf_index_info(indexrelid) ->> 'storage' AS storage,
+       pg_size_pretty(pg_relation_size(indexrelid)) AS size
+FROM pg_index WHERE indrelid = 'docs'::regclass ORDER BY 1;
+EOF
+else
+	echo
+	echo "--- pgvector columns: skipped ($PGVECTOR_MISSING)"
+fi
 
 say "demo done; stopping and removing the cluster"
