@@ -53,7 +53,7 @@ gpuivfcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
     bool        trained;
     bool        stores_vectors;
     bool        from_table;
-    double      row_reads = 1.0;
+    double      toast_chunks = 0.0;
     double      vector_pages;
     double      list_pages = 0;
     double      random_page_cost;
@@ -84,14 +84,19 @@ gpuivfcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
     stores_vectors = !trained || (meta.flags & GPUIVF_META_RERANK) != 0;
     from_table = stores_vectors && GpuivfMetaRerankFromTable(&meta);
     vector_pages = stores_vectors ? GpuivfPagesFor(tuples, GpuivfVectorTupleSize(&meta)) : 0;
-    /* re-rank from the table reads heap rows instead (and a vector above
-     * ~2 kB is TOASTed: its chunks are read too) */
+    /* re-rank from the table reads heap rows instead; a vector above ~2 kB
+     * is TOASTed and detoasting it reads its chunks through the TOAST
+     * index.  PostgreSQL's costs charge a sequential scan nothing for
+     * detoasting, so the chunks are charged as CPU work here too, not as
+     * page reads: otherwise a sort of every row would look cheaper than the
+     * few hundred candidates the index re-ranks. */
     if (from_table)
     {
         double      bytes = dims * GpuivfStorageElemSize(meta.storage);
 
-        row_reads = 1.0 + (bytes > TOAST_TUPLE_THRESHOLD ? ceil(bytes / TOAST_MAX_CHUNK_SIZE) + 1.0 : 0.0);
-        vector_pages = Max((double) index->rel->pages, 1.0) * row_reads;
+        if (bytes > TOAST_TUPLE_THRESHOLD)
+            toast_chunks = ceil(bytes / TOAST_MAX_CHUNK_SIZE);
+        vector_pages = Max((double) index->rel->pages, 1.0);
     }
     if (trained)
         list_pages = GpuivfPagesFor(tuples, GPUIVF_LIST_ENTRY_SIZE(meta.code_size));
@@ -184,11 +189,11 @@ gpuivfcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
         startup += scored * (cpu_index_tuple_cost + meta.pq_m * 0.1 * cpu_operator_cost);
         if (from_table)
         {
-            /* a heap fetch per candidate (and its TOAST chunks), then the
-             * indexed value computed and detoasted */
-            rerank_pages = index_pages_fetched(rerank * row_reads * loops, (BlockNumber) vector_pages,
+            /* a heap fetch per candidate, its TOAST chunks, the distance */
+            rerank_pages = index_pages_fetched(rerank * loops, (BlockNumber) vector_pages,
                                                vector_pages, root) / loops;
-            startup += rerank_pages * hot_page_cost + rerank * row_reads * cpu_tuple_cost
+            startup += rerank_pages * hot_page_cost + rerank * cpu_tuple_cost
+                + rerank * toast_chunks * (cpu_index_tuple_cost + cpu_tuple_cost)
                 + rerank * dims * 0.01 * cpu_operator_cost;
         }
         else if (stores_vectors)
