@@ -115,19 +115,20 @@ $node->safe_psql('postgres', q{
 my %size = map { $_ => $node->safe_psql('postgres', "SELECT pg_relation_size('$_')") } qw(small_idx_i small_idx_t);
 cmp_ok($size{small_idx_t}, '<', $size{small_idx_i} / 2,
 	"re-rank from the table keeps no copy: $size{small_idx_t} bytes against $size{small_idx_i}");
+my $q17 = '(SELECT v FROM small_v WHERE id = 17)';
 for my $case (
-	[ 'round 1', 'SELECT ctid, v <-> q FROM TABLE, (SELECT v AS q FROM small_v WHERE id = 17) s ORDER BY v <-> q LIMIT 10' ],
-	[ 'deeper rounds (a 1% filter)', 'SELECT ctid, v <-> q FROM TABLE, (SELECT v AS q FROM small_v WHERE id = 17) s '
-		  . 'WHERE id % 100 = 3 ORDER BY v <-> q LIMIT 10' ])
+	[ 'round 1', "SELECT ctid, v <-> $q17 FROM TABLE ORDER BY v <-> $q17 LIMIT 10" ],
+	[ 'deeper rounds (a 1% filter)', "SELECT ctid, v <-> $q17 FROM TABLE WHERE id % 100 = 3 ORDER BY v <-> $q17 LIMIT 10" ])
 {
 	my ($what, $sql) = @$case;
 	my ($i, $t) = map { $node->safe_psql('postgres', exact_settings() . ' SET gpuivf.probes = 2; '
 		  . ($sql =~ s/TABLE/$_/r)) } qw(small_v small_t);
 	is($t, $i, "rerank_from table and index give the same rows and distances: $what");
 }
-like($node->safe_psql('postgres', exact_settings() . ' SET gpuivf.probes = 2; EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) '
-	  . 'SELECT id FROM small_t, (SELECT v AS q FROM small_v WHERE id = 17) s WHERE id % 100 = 3 ORDER BY v <-> q LIMIT 10'),
-	qr/Deepened: [1-9]/, 'the filtered query went past round 1 (re-ranking chunks from the table)');
+my $plan = $node->safe_psql('postgres', exact_settings() . ' SET gpuivf.probes = 2; EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) '
+	  . "SELECT id FROM small_t WHERE id % 100 = 3 ORDER BY v <-> $q17 LIMIT 10");
+like($plan, qr/Index Scan using small_idx_t/, 'the filtered query uses the index re-ranking from the table');
+like($plan, qr/Deepened: [1-9]/, 'and goes past round 1 (chunks re-ranked from the table)');
 $node->safe_psql('postgres', "SELECT gpuivf_verify('small_idx_t', true)");
 pass('rerank_from = table: gpuivf_verify(…, true)');
 
