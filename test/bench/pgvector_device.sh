@@ -23,7 +23,7 @@
 # A step that runs out of time writes what it measured and says what it
 # skipped (a build stopped by the limit reports its progress).
 #
-# KIT (default .device-worker, as for test/bench/run_device.sh): pgkit.sh,
+# KIT (default .device-worker, as for test/bench/bench_on_gpu.sh): pgkit.sh,
 # pgkit.tar.xz, gpuivf.so, gpuivf_gpu.so, and ../shared/vendor's build.sh and
 # pgvector-0.8.6.tar.gz.  On the device, from the repository root:
 #   bash test/bench/pgvector_device.sh STEP [KIT]
@@ -61,4 +61,4 @@ case "$STEP" in
 	echo "unknown STEP $STEP (128, 768-gpuivf, 768-hnsw, 768-ivfflat, merge)" >&2
 	exit 2 ;;
 esac
-OUT=$OUT/$STEP exec bash "$(dirname "$0")/run_device.sh" "$KIT" "${common[@]}" "${extra[@]}"
+OUT=$OUT/$STEP exec bash "$(dirname "$0")/bench_on_gpu.sh" "$KIT" "${common[@]}" "${extra[@]}"

@@ -16,7 +16,7 @@
 # It prints one summary table last.
 #
 # Builds nothing of gpuivf: KIT (default .device-worker, as for
-# test/gpu/run_device.sh) holds pgkit.sh, pgkit.tar.xz, gpuivf.so and
+# test/gpu/worker_end_to_end.sh) holds pgkit.sh, pgkit.tar.xz, gpuivf.so and
 # gpuivf_gpu.so built on the development machine, plus ../shared/vendor's
 # build.sh and pgvector-0.8.6.tar.gz: pgvector is built here against the
 # kit's PostgreSQL.  Data: numpy (the device's python3), clustered rows.
