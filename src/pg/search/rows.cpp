@@ -205,6 +205,46 @@ IdArrayAdd(IdArray *a, const uint64 *ids, int64 n)
     a->n += n;
 }
 
+/* Calls visit(arg, vt) for every vector tuple (all blocks, one page at a
+ * time under its share lock), checked to hold value_bytes of values. */
+static void
+WalkVectorTuples(Relation index, Size value_bytes, BufferAccessStrategy bas,
+                 void (*visit) (void *arg, const GpuivfVectorTuple *vt), void *arg)
+{
+    BlockNumber nblocks = RelationGetNumberOfBlocks(index);
+
+    for (BlockNumber blkno = GPUIVF_METAPAGE_BLKNO + 1; blkno < nblocks; blkno++)
+    {
+        Buffer      buf = ReadBufferExtended(index, MAIN_FORKNUM, blkno, RBM_NORMAL, bas);
+        Page        page;
+
+        LockBuffer(buf, BUFFER_LOCK_SHARE);
+        page = BufferGetPage(buf);
+        if (GpuivfPageIsType(page, GPUIVF_PAGE_VECTOR))
+        {
+            OffsetNumber maxoff = PageGetMaxOffsetNumber(page);
+
+            for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off = OffsetNumberNext(off))
+            {
+                GpuivfVectorTuple *vt = GpuivfPageVectorTuple(index, page, blkno, off, value_bytes);
+
+                if (vt != NULL)
+                    visit(arg, vt);
+            }
+        }
+        UnlockReleaseBuffer(buf);
+        CHECK_FOR_INTERRUPTS();
+    }
+}
+
+static void
+CollectHeapId(void *arg, const GpuivfVectorTuple *vt)
+{
+    uint64      id = GpuivfTidToId((ItemPointer) &vt->heaptid);
+
+    IdArrayAdd((IdArray *) arg, &id, 1);
+}
+
 /*
  * The heap ids of every row of an index that re-ranks from the table,
  * ascending (the table is then read in physical order): the vector tuples'
@@ -217,35 +257,7 @@ TableIndexHeapIds(Relation index, const GpuivfMetaPageData *meta, BufferAccessSt
     IdArray     a = {NULL, 0, 0};
 
     if (!GpuivfMetaIsTrained(meta))
-    {
-        BlockNumber nblocks = RelationGetNumberOfBlocks(index);
-
-        for (BlockNumber blkno = GPUIVF_METAPAGE_BLKNO + 1; blkno < nblocks; blkno++)
-        {
-            Buffer      buf = ReadBufferExtended(index, MAIN_FORKNUM, blkno, RBM_NORMAL, bas);
-            Page        page;
-
-            LockBuffer(buf, BUFFER_LOCK_SHARE);
-            page = BufferGetPage(buf);
-            if (GpuivfPageIsType(page, GPUIVF_PAGE_VECTOR))
-            {
-                OffsetNumber maxoff = PageGetMaxOffsetNumber(page);
-
-                for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off = OffsetNumberNext(off))
-                {
-                    GpuivfVectorTuple *vt = GpuivfPageVectorTuple(index, page, blkno, off, 0);
-                    uint64      id;
-
-                    if (vt == NULL)
-                        continue;
-                    id = GpuivfTidToId(&vt->heaptid);
-                    IdArrayAdd(&a, &id, 1);
-                }
-            }
-            UnlockReleaseBuffer(buf);
-            CHECK_FOR_INTERRUPTS();
-        }
-    }
+        WalkVectorTuples(index, 0, bas, CollectHeapId, &a);
     else
     {
         int         capacity = (int) (GPUIVF_PAGE_CAPACITY /
@@ -274,6 +286,25 @@ TableIndexHeapIds(Relation index, const GpuivfMetaPageData *meta, BufferAccessSt
     std::sort(a.ids, a.ids + a.n);
     *n = a.n;
     return a.ids;
+}
+
+/* GpuivfForEachRow over vector tuples: the caller's visitor per row */
+typedef struct RowWalk
+{
+    GpuivfRowVisitor visit;
+    void       *arg;
+} RowWalk;
+
+static void
+VisitTuple(void *arg, const GpuivfVectorTuple *vt)
+{
+    RowWalk    *rw = (RowWalk *) arg;
+    GpuivfRow   row;
+
+    row.heapid = GpuivfTidToId((ItemPointer) &vt->heaptid);
+    row.vt = vt;
+    row.values = NULL;
+    rw->visit(rw->arg, &row);
 }
 
 /* See search.h. */
@@ -308,31 +339,10 @@ GpuivfForEachRow(Relation index, const GpuivfMetaPageData *meta, BufferAccessStr
         return;
     }
 
-    row.values = NULL;
-    for (BlockNumber blkno = GPUIVF_METAPAGE_BLKNO + 1, nblocks = RelationGetNumberOfBlocks(index);
-         blkno < nblocks; blkno++)
     {
-        Buffer      buf = ReadBufferExtended(index, MAIN_FORKNUM, blkno, RBM_NORMAL, bas);
-        Page        page;
+        RowWalk     rw = {visit, arg};
 
-        LockBuffer(buf, BUFFER_LOCK_SHARE);
-        page = BufferGetPage(buf);
-        if (GpuivfPageIsType(page, GPUIVF_PAGE_VECTOR))
-        {
-            OffsetNumber maxoff = PageGetMaxOffsetNumber(page);
-            Size        bytes = GpuivfVectorValueBytes(meta);
-
-            for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off = OffsetNumberNext(off))
-            {
-                row.vt = GpuivfPageVectorTuple(index, page, blkno, off, bytes);
-                if (row.vt == NULL)
-                    continue;
-                row.heapid = GpuivfTidToId((ItemPointer) &row.vt->heaptid);
-                visit(arg, &row);
-            }
-        }
-        UnlockReleaseBuffer(buf);
-        CHECK_FOR_INTERRUPTS();
+        WalkVectorTuples(index, GpuivfVectorValueBytes(meta), bas, VisitTuple, &rw);
     }
 }
 
