@@ -5,7 +5,9 @@
 # knob value and client count, recall in [0, 1], QPS > 0), build.csv,
 # batch_join.csv, summary.md with its markdown tables, and the PNG plots when
 # matplotlib can be imported (otherwise summary.md must say the plots were
-# skipped, and this test reports that skip).  It checks the harness, not
+# skipped, and this test reports that skip).  With pgvector installed the
+# harness indexes one vector(16) column with gpuivf, hnsw and ivfflat, and
+# their rows and builds must be there too.  It checks the harness, not
 # gpuivf's speed: the numbers are printed, not judged.
 
 use strict;
@@ -28,7 +30,9 @@ my @clients = (1, 2);
 my @targets = (0.9);
 my @cmd = ('perl', "$root/test/bench/run", '--quick', '--rows', 3000, '--dims', 16, '--queries', 40,
 	'--seconds', 1, '--clients', join(',', @clients), '--probes', join(',', @probes),
-	'--target-recalls', join(',', @targets), '--port', 5802, '--out', $out);
+	'--target-recalls', join(',', @targets), '--ef-search', 20, '--ivfflat-probes', 2, '--port', 5802,
+	'--out', $out);
+my $pgvector = !pgvector_missing();
 note "running: @cmd";
 my $t0 = time;
 my $log = do { local $ENV{GPUIVF_TOOLS_DIR} = $tools; `@cmd 2>&1` };
@@ -76,9 +80,12 @@ is_deeply(
 	'results.csv has the documented header');
 my $have_target = grep { /target_recall/ } map { $_->{knob} } @$rows;
 my $expected = (@probes + ($have_target ? @targets : 0)) * @clients;
-is(scalar(@$rows), $expected, "results.csv has $expected rows (knob values x client counts)");
+my @pgv = grep { $_->{system} =~ /^pgvector (hnsw|ivfflat)$/ } @$rows;
+is(scalar(@$rows) - scalar(@pgv), $expected, "results.csv has $expected gpuivf rows (knob values x client counts)");
+is(scalar(@pgv), $pgvector ? 2 * @clients : 0,
+	$pgvector ? 'and the rows of pgvector\'s hnsw and ivfflat on the same table' : 'and none of pgvector (not installed)');
 my @bad = grep {
-	$_->{system} ne 'gpuivf'
+	$_->{system} !~ /^(gpuivf|pgvector hnsw|pgvector ivfflat)$/
 	  || $_->{rows} != 3000
 	  || $_->{dims} != 16
 	  || $_->{recall_at_10} !~ /^[\d.]+$/
@@ -87,21 +94,24 @@ my @bad = grep {
 	  || !($_->{qps} > 0)
 	  || !($_->{lat_p99_ms} >= $_->{lat_p50_ms})
 } @$rows;
-is(scalar(@bad), 0, 'every results.csv row: gpuivf, 3000 x 16, recall in [0, 1], QPS > 0, p99 >= p50');
+is(scalar(@bad), 0, 'every results.csv row: a known system, 3000 x 16, recall in [0, 1], QPS > 0, p99 >= p50');
 is_deeply([ sort { $a <=> $b } keys %{ { map { $_->{clients} => 1 } @$rows } } ],
 	\@clients, 'results.csv covers every client count');
 ok($have_target || slurp_text("$out/summary.md") =~ /target_recall sweep skipped/,
 	'the target_recall sweep ran, or summary.md says why not');
 
 my ($bheader, $builds) = read_csv("$out/build.csv");
-ok($builds && @$builds == 1 && $builds->[0]{system} eq 'gpuivf' && $builds->[0]{build_s} > 0
+ok($builds && @$builds == ($pgvector ? 3 : 1) && $builds->[0]{system} eq 'gpuivf' && $builds->[0]{build_s} > 0
 	  && $builds->[0]{index_bytes} > 0,
-	'build.csv has the gpuivf build with its time and size');
+	'build.csv has the gpuivf build with its time and size' . ($pgvector ? ', and hnsw\'s and ivfflat\'s' : ''));
+like($builds->[0]{params} // '', $pgvector ? qr/vector\(16\)/ : qr/real\[\]/,
+	'gpuivf indexed ' . ($pgvector ? 'the vector(16) column that pgvector indexes' : 'the real[] column'));
 
 my $summary = slurp_text("$out/summary.md") // '';
 ok($summary =~ /^\| system \| build \(s\) \| index size \(MB\) \| options \|\n\|---/m,
 	'summary.md has the build table');
 my @table = $summary =~ /^\| gpuivf \| \w+ \| (?:probes|target_recall) \| [\d.]+ \| \d+ \| [\d.]+ \| \d+ \| [\d.]+ \| [\d.]+ \|$/mg;
+like($summary, qr/^## Side by side$/m, 'summary.md has the side-by-side table');
 is(scalar(@table), $expected, 'summary.md has a recall/QPS table row per results.csv row');
 ok($summary =~ /## Best QPS at recall\@10 >= 0.95/, 'summary.md has the best-QPS table');
 
