@@ -83,7 +83,7 @@ GpuivfHalfvecValues(Datum value, int *dims)
     return h;
 }
 
-/* A palloc'd vector (pgvector_type = GPUIVF_TYPE_VECTOR) or halfvec datum
+/* A palloc'd vector (type GPUIVF_TYPE_VECTOR) or halfvec datum
  * holding x[0..dims). */
 Datum
 GpuivfPgvectorDatum(GpuivfVectorType type, const float4 *x, int dims)

@@ -158,8 +158,10 @@ GpuivfStorageFlags(Relation index, const GpuivfOptions *opts, int dims, bool tra
                         dims, RelationGetRelationName(index)),
                  errdetail("A copy of one vector takes %zu bytes; a page holds at most %zu.",
                            size, (Size) GPUIVF_MAX_VECTOR_TUPLE_SIZE),
-                 errhint("Set rerank_from to 'table' or 'auto' to re-rank from the table's column, "
-                         "or index a halfvec expression of the column.")));
+                 storage == GPUIVF_STORAGE_FLOAT4
+                 ? errhint("Set rerank_from to 'table' or 'auto' to re-rank from the table's column, "
+                           "or index a halfvec expression of the column (up to 4072 dimensions fit).")
+                 : errhint("Set rerank_from to 'table' or 'auto' to re-rank from the table's column.")));
     return flags;
 }
 
