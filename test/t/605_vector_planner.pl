@@ -4,7 +4,10 @@
 # and generic plans) reaches the index with its LIMIT; ANALYZE's curve picks
 # the probes for gpuivf.target_recall and held-out queries reach it; a
 # filtered query returns the full LIMIT; EXPLAIN ANALYZE shows the probes,
-# their source, rows asked and re-ranks.  Skipped, with the reason, without
+# their source, rows asked and re-ranks; on a partitioned halfvec table
+# the LIMIT reaches every partition's index, exact mode answers like a
+# sequential scan, and a LATERAL kNN join is batched on every partition's
+# index with the nested loop's rows.  Skipped, with the reason, without
 # pgvector.
 
 use strict;
@@ -71,6 +74,44 @@ for my $i (0 .. 19)
 is($short, 0, 'a 1% filter returns the full LIMIT of 10 rows for every query');
 note "filtered recall\@10: " . $hits / 200;
 cmp_ok($hits / 200, '>=', 0.8, 'the filtered rows are the nearest passing ones');
+
+# a partitioned halfvec table: an index on every partition
+$node->safe_psql('postgres', q{
+	CREATE TABLE parts (id bigint, embedding halfvec(32)) PARTITION BY HASH (id);
+	CREATE TABLE parts_0 PARTITION OF parts FOR VALUES WITH (MODULUS 3, REMAINDER 0);
+	CREATE TABLE parts_1 PARTITION OF parts FOR VALUES WITH (MODULUS 3, REMAINDER 1);
+	CREATE TABLE parts_2 PARTITION OF parts FOR VALUES WITH (MODULUS 3, REMAINDER 2);
+	INSERT INTO parts SELECT id, embedding::halfvec FROM docs;
+	CREATE INDEX parts_embedding_idx ON parts USING gpuivf (embedding halfvec_cosine_ops) WITH (lists = 20);
+	CREATE TABLE pq (qid int, embedding halfvec(32));
+	VACUUM ANALYZE parts;
+});
+$node->safe_psql('postgres', 'INSERT INTO pq VALUES '
+	  . join(',', map { "($_, " . vec_literal($queries->[$_], 'halfvec') . ')' } 0 .. 19) . '; ANALYZE pq');
+my $h0 = vec_literal($queries->[0], 'halfvec');
+my $pplan = $node->safe_psql('postgres',
+	"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT id FROM parts ORDER BY embedding <=> $h0 LIMIT 5");
+my @pasked = $pplan =~ /Rows Asked: (\d+)/g;
+is(join(',', @pasked), '5,5,5', 'partitioned halfvec table: every partition\'s gpuivf scan is asked for the LIMIT')
+  or diag $pplan;
+my $pexact = 'SET gpuivf.probes = 20; SET enable_seqscan = off;';
+my $ptop = "SELECT string_agg(id || ':' || d, ',' ORDER BY d, id) FROM (
+	SELECT id, embedding <=> $h0 AS d FROM parts ORDER BY embedding <=> $h0 LIMIT 10) s";
+is($node->safe_psql('postgres', $pexact . $ptop),
+	$node->safe_psql('postgres', "SET enable_indexscan = off; $ptop"),
+	'in exact mode the partitions\' indexes answer like a sequential scan (ids and distances)');
+my $pjoin = q{
+	SELECT string_agg(q.qid || ':' || n.id, ',' ORDER BY q.qid, n.d, n.id)
+	FROM pq q CROSS JOIN LATERAL (
+		SELECT p.id, p.embedding <=> q.embedding AS d FROM parts p
+		ORDER BY p.embedding <=> q.embedding LIMIT 5) n};
+$pplan = $node->safe_psql('postgres', "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) $pjoin");
+like($pplan, qr/Custom Scan \(GpuivfBatchKnn\).*\n\s+Indexes: parts_0_embedding_idx, parts_1_embedding_idx, parts_2_embedding_idx\n/,
+	'a LATERAL kNN join over the halfvec partitions is batched on every partition\'s index') or diag $pplan;
+like($pplan, qr/Searches: 60\n/, 'every outer row searched on every partition in the batches') or diag $pplan;
+is($node->safe_psql('postgres', $pjoin),
+	$node->safe_psql('postgres', "SET gpuivf.enable_batch_join = off; $pjoin"),
+	'and the batched join returns the nested loop\'s rows');
 
 $node->stop;
 done_testing();
