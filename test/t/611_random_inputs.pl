@@ -244,7 +244,7 @@ for my $c (1 .. 400)
 	my $table = rand() < 0.5 ? 't8' : 'u';
 	push @sql, "INSERT INTO $table VALUES ($c, $a->{sql}) RETURNING 1";
 	my $e = arg_error($a);
-	$e //= qr/^err:54000:column cannot have more than 2000 dimensions/ if $a->{dims} > 2000;
+	$e //= qr/^err:54000:column cannot have more than 16000 dimensions/ if $a->{dims} > 16000;
 	$e //= qr/^err:22000:vector has $a->{dims} dimensions, but gpuivf index "${table}_v" has 8:/
 	  if $a->{dims} != 8;
 	push @expect, $e // qr/^ok:1$/;
@@ -258,6 +258,7 @@ for my $c (1 .. 200)
 	push @sql, "SELECT count(*) FROM (SELECT id FROM t8 ORDER BY v $op $a->{sql} LIMIT $k) s";
 	my $e = arg_error($a);
 	$a->{dims} //= 0;
+	$e //= qr/^err:54000:column cannot have more than 16000 dimensions/ if $a->{dims} > 16000;
 	$e //= qr/^err:22000:(query vector has $a->{dims} dimensions, but gpuivf index "t8_v" has 8|different vector dimensions)/
 	  if $a->{dims} != 8;
 	push @expect, $e // qr/^ok:$k$/;

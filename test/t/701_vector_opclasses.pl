@@ -98,6 +98,19 @@ is($node->safe_psql('postgres', exact_settings()
 $node->safe_psql('postgres', "SELECT gpuivf_verify('empty_v_idx', true)");
 pass('gpuivf_verify of the untrained vector index');
 
+# gpuivf's value bound (1e15) on pgvector's vector, which takes any finite
+# value: an insert into the index and a query beyond it are 22003 naming the
+# element; pgvector's own operator still orders the table without the index
+my ($rc, $out, $err) = $node->psql('postgres', q{INSERT INTO empty_v VALUES (3, '[1,2,3,4,5,6,7,1e16]')});
+like($err, qr/vector value 1e\+16 is out of range.*\n.*Element 8 of the vector/s,
+	'a vector value beyond 1e15 is refused by the index, naming the element');
+($rc, $out, $err) = $node->psql('postgres', exact_settings()
+	  . q{SELECT id FROM empty_v ORDER BY v <-> '[1,2,3,4,5,6,7,1e16]' LIMIT 1});
+like($err, qr/vector value 1e\+16 is out of range/, 'and so is such a query through the index');
+is($node->safe_psql('postgres', q{SET enable_indexscan = off;
+	SELECT count(*) FROM (SELECT id FROM empty_v ORDER BY v <-> '[1,2,3,4,5,6,7,1e16]' LIMIT 2) s}), '2',
+	'pgvector\'s operator itself (a sequential scan) takes it');
+
 # the operator classes are valid (amvalidate) and support function 1 computes
 # what pgvector's operator computes
 is($node->safe_psql('postgres', q{
