@@ -75,6 +75,20 @@ is($short, 0, 'a 1% filter returns the full LIMIT of 10 rows for every query');
 note "filtered recall\@10: " . $hits / 200;
 cmp_ok($hits / 200, '>=', 0.8, 'the filtered rows are the nearest passing ones');
 
+# gpuivf_calibrate on given queries: of the column's type, or real[] cast
+# to it as an INSERT would (vector and halfvec)
+is($node->safe_psql('postgres', q{
+	SELECT gpuivf_calibrate('docs_embedding_idx', 'SELECT embedding FROM docs WHERE id % 100 = 7')
+	  #>> '{calibration,sample}'}), '200', 'gpuivf_calibrate on vector queries of the vector column');
+is($node->safe_psql('postgres', q{
+	SELECT gpuivf_calibrate('docs_embedding_idx', 'SELECT v FROM items WHERE id < 150')
+	  #>> '{calibration,sample}'}), '150', 'and on real[] queries, cast to vector');
+is($node->safe_psql('postgres', "SELECT gpuivf_index_info('docs_embedding_idx') #>> '{calibration,source}'"),
+	'given', 'the index says its calibration queries were given');
+my $given = recall_at(knn_ids($node, 'docs', 'l2', $queries, 10, column => 'embedding', type => 'vector'), $truth, 10);
+note "recall\@10 at target 0.95, calibrated on given queries: $given";
+cmp_ok($given, '>=', 0.93, 'held-out queries reach the target calibrated on given queries');
+
 # a partitioned halfvec table: an index on every partition
 $node->safe_psql('postgres', q{
 	CREATE TABLE parts (id bigint, embedding halfvec(32)) PARTITION BY HASH (id);
@@ -86,6 +100,9 @@ $node->safe_psql('postgres', q{
 	CREATE TABLE pq (qid int, embedding halfvec(32));
 	VACUUM ANALYZE parts;
 });
+is($node->safe_psql('postgres', q{
+	SELECT gpuivf_calibrate('parts_0_embedding_idx', 'SELECT v FROM items WHERE id < 120')
+	  #>> '{calibration,sample}'}), '120', 'gpuivf_calibrate of a halfvec index on real[] queries, cast to halfvec');
 $node->safe_psql('postgres', 'INSERT INTO pq VALUES '
 	  . join(',', map { "($_, " . vec_literal($queries->[$_], 'halfvec') . ')' } 0 .. 19) . '; ANALYZE pq');
 my $h0 = vec_literal($queries->[0], 'halfvec');
