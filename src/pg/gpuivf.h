@@ -611,7 +611,7 @@ int         GpuivfCompareUint64(const void *a, const void *b);    /* qsort: asce
 bool        GpuivfSortedIdsContain(const uint64 *ids, int64 n, uint64 id);  /* binary search */
 int64       GpuivfReservoirSlot(pg_prng_state *prng, int64 held, int64 cap, int64 seen);
 /* utils.cpp: sampling by hash — the k rows with the smallest
- * (GpuivfSampleHash(seed, id), id), whatever the order or the number of
+ * (GpuivfSampleHash(seed, vector), id), whatever the order or the number of
  * processes they are seen by; GpuivfBottomK keeps the keys of the rows held
  * in the caller's slots (position-independent: may live in shared memory) */
 typedef struct GpuivfSampleKey
@@ -629,7 +629,7 @@ typedef struct GpuivfBottomK
     GpuivfSampleKey bound;      /* largest key kept at the last compaction */
     /* keys[slots] and a stack of free slots follow */
 } GpuivfBottomK;
-uint64      GpuivfSampleHash(uint64 seed, uint64 id);
+uint64      GpuivfSampleHash(uint64 seed, const float4 *x, int dims);
 Size        GpuivfBottomKSize(int64 slots);
 GpuivfBottomK *GpuivfBottomKInit(void *mem, int64 k, int64 slots);
 bool        GpuivfBottomKRejects(const GpuivfBottomK *bk, uint64 hash, uint64 id);

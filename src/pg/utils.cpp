@@ -99,25 +99,63 @@ GpuivfSortedIdsContain(const uint64 *ids, int64 n, uint64 id)
 
 /*
  * Sampling by hash: a row is in the sample of k rows when its key
- * (GpuivfSampleHash of its id, then the id) is among the k smallest of all
- * rows.  The sample is then a function of the rows alone, not of the order
- * they are seen in nor of how many processes scan them: a parallel build
- * draws the rows a serial one draws, and a build draws those a walk of the
- * finished index would.  The bookkeeping below (GpuivfBottomK) keeps the keys
- * of the rows held in `slots` row slots owned by the caller; when the slots
- * are full it keeps the k smallest keys and frees the other slots, and from
- * then on turns away any key above the largest one kept (it can no longer be
- * among the k smallest).  Position-independent: it may live in a DSM segment.
+ * (GpuivfSampleHash of its vector, then its id) is among the k smallest of
+ * all rows.  The sample is then a function of the rows alone, not of the
+ * order they are seen in nor of how many processes scan them: a parallel
+ * build draws the rows a serial one draws, and a build draws those a walk of
+ * the finished index would.  The hash is of the vector's values, not of its
+ * heap TID: the same vectors are drawn wherever they lie, so a table of
+ * real[] and one of pgvector's vector (other row sizes, other TIDs) holding
+ * the same values train the same model and calibrate on the same queries,
+ * as does the table after VACUUM FULL or CLUSTER; rows of equal vectors
+ * (equal keys) are told apart by their ids, and any of them gives the sample
+ * the same values.  The bookkeeping below (GpuivfBottomK) keeps the keys of
+ * the rows held in `slots` row slots owned by the caller; when the slots are
+ * full it keeps the k smallest keys and frees the other slots, and from then
+ * on turns away any key above the largest one kept (it can no longer be
+ * among the k smallest).  Position-independent: it may live in a DSM
+ * segment.
  */
-uint64
-GpuivfSampleHash(uint64 seed, uint64 id)
-{
-    uint64      z = seed ^ (id * UINT64CONST(0x9E3779B97F4A7C15));
 
-    /* splitmix64's finalizer: every bit of id moves every bit of the hash */
+/* splitmix64's finalizer: every bit of z moves every bit of the result */
+static inline uint64
+Mix64(uint64 z)
+{
     z = (z ^ (z >> 30)) * UINT64CONST(0xBF58476D1CE4E5B9);
     z = (z ^ (z >> 27)) * UINT64CONST(0x94D049BB133111EB);
     return z ^ (z >> 31);
+}
+
+/* The values hashed: the dimension count and at most the first
+ * GPUIVF_SAMPLE_HASH_VALUES of them (distinct embeddings differ there; a
+ * build's scan pays a few nanoseconds a row whatever its dimensions). */
+#define GPUIVF_SAMPLE_HASH_VALUES 64
+
+uint64
+GpuivfSampleHash(uint64 seed, const float4 *x, int dims)
+{
+    uint64      z = Mix64(seed ^ ((uint64) dims * UINT64CONST(0x9E3779B97F4A7C15)));
+    int         n = Min(dims, GPUIVF_SAMPLE_HASH_VALUES);
+    int         i = 0;
+
+    /* two values a step: half the dependent multiplications */
+    for (; i + 2 <= n; i += 2)
+    {
+        uint32      a;
+        uint32      b;
+
+        memcpy(&a, x + i, sizeof(a));
+        memcpy(&b, x + i + 1, sizeof(b));
+        z = Mix64(z ^ (((uint64) a << 32) | b));
+    }
+    if (i < n)
+    {
+        uint32      a;
+
+        memcpy(&a, x + i, sizeof(a));
+        z = Mix64(z ^ a);
+    }
+    return z;
 }
 
 static inline bool

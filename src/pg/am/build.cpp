@@ -4,7 +4,7 @@
  * CREATE INDEX / REINDEX:
  *   1. metapage placeholder at block 0; the dims of the first vector;
  *   2. sampling scan (build_sample.cpp): the training sample, the k rows of
- *      smallest hash of their heap TID, and the number of rows;
+ *      smallest hash of their vector, and the number of rows;
  *   3. no rows: write an untrained metapage (NOTICE with HINT) and stop;
  *   4. k-means on the sample (coarse centroids), residuals against the
  *      nearest centroid, PQ codebooks on the residuals (GPU worker or CPU);

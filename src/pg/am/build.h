@@ -28,7 +28,8 @@
 
 /*
  * The training sample: the k rows with the smallest GpuivfSampleHash of
- * their heap TID among all rows with a vector, in prepared space.  One area
+ * their vector (then heap TID) among all rows with a vector, in prepared
+ * space.  One area
  * (in the parallel context's shared memory, or the leader's memory) that
  * every participant offers its rows to, a batch at a time under a mutex.
  */

@@ -1,11 +1,13 @@
 /*
  * am/build_sample.cpp — the build's sampling scan.
  *
- * The training sample is the k rows (with a vector) whose heap TID has the
- * smallest GpuivfSampleHash (utils.cpp): a function of the rows alone, so a
- * parallel build (several processes scanning parts of the heap in an order
- * nobody controls) trains on the rows a serial build trains on, and the same
- * heap and options always give the same model.  k is the target (50 rows per
+ * The training sample is the k rows (with a vector) whose vector has the
+ * smallest GpuivfSampleHash (utils.cpp; the heap TID breaks ties): a
+ * function of the rows' values alone, so a parallel build (several processes
+ * scanning parts of the heap in an order nobody controls) trains on the rows
+ * a serial build trains on, the same heap and options always give the same
+ * model, and so do the same vectors in a table of another column type or
+ * layout.  k is the target (50 rows per
  * list, at least 25,600) bounded by half of maintenance_work_mem.
  *
  * Every participant offers its rows to one GpuivfSampleArea: the rows it
@@ -244,7 +246,7 @@ SampleCallback(Relation index, ItemPointer tid, Datum *values, bool *isnull, boo
         GpuivfCheckDims(area->dims, dims);
         ss->rows++;
         id = GpuivfTidToId(tid);
-        hash = GpuivfSampleHash(GPUIVF_SAMPLE_SEED, id);
+        hash = GpuivfSampleHash(GPUIVF_SAMPLE_SEED, x, dims);
         if (!GpuivfBottomKRejects(&ss->bound, hash, id))
         {
             int         i = ss->batch_n++;

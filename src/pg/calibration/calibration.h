@@ -28,7 +28,7 @@ extern int  gpuivf_query_sample;        /* gpuivf.query_sample, vectors per inde
 extern int  gpuivf_query_sample_memory; /* gpuivf.query_sample_memory, kB (postmaster) */
 
 /* The calibration's row sample: the index's rows (raw vector,
- * entry id, heap TID) chosen by a hash of the heap TID, whatever the order
+ * entry id, heap TID) chosen by a hash of the vector, whatever the order
  * the rows come in.  Calibration draws it by walking the rows; CREATE INDEX
  * draws it while its encoding scans hand the rows over, which saves
  * calibration that walk. */

@@ -158,7 +158,7 @@ CalibSampleInit(CalibSample *s, int cap, int dims)
     s->keys = GpuivfBottomKInit(palloc(GpuivfBottomKSize(slots)), s->cap, slots);
 }
 
-/* One row offered: it is in the sample when its heap TID's hash is among the
+/* One row offered: it is in the sample when its vector's hash is among the
  * cap smallest (utils.cpp), so the sample does not depend on the order of
  * the rows: a build's encoding scans, serial or parallel, draw the rows a
  * walk of the finished index draws. */
@@ -169,7 +169,7 @@ SampleSink(void *arg, const float4 *x, uint64 id, uint64 heap_id)
     int64       slot;
 
     Assert(!s->finished);
-    slot = GpuivfBottomKOffer(s->keys, GpuivfSampleHash(GPUIVF_CALIB_SEED, heap_id), heap_id);
+    slot = GpuivfBottomKOffer(s->keys, GpuivfSampleHash(GPUIVF_CALIB_SEED, x, s->dims), heap_id);
     if (slot >= 0)
     {
         memcpy(s->queries + (Size) slot * s->dims, x, sizeof(float4) * s->dims);

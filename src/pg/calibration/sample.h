@@ -18,8 +18,8 @@ typedef void (*RowSinkFn) (void *arg, const float4 *x, uint64 id, uint64 heap_id
 void        WalkIndexedRows(Relation index, Relation heap, const GpuivfMetaPageData *meta,
                             RowSinkFn sink, void *arg);
 
-/* The queries: the cap rows with the smallest hash of their heap TID
- * (utils.cpp's sampling by hash).  While rows are offered they sit in slots;
+/* The queries: the cap rows with the smallest hash of their vector
+ * (utils.cpp's sampling by hash; the heap TID breaks ties).  While rows are offered they sit in slots;
  * CalibSampleFinish puts the sample in key order at queries[0 .. nq). */
 struct CalibSample
 {
