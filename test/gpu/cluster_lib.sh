@@ -42,22 +42,23 @@ started=${started:-$(date +%s)}
 say() { echo "== [$(( $(date +%s) - started ))s] $*"; }
 
 setup_postgres() {
-	local kit=$1
+	# (not "kit": pgkit.sh, sourced below, sets a variable of that name)
+	local kit_dir=$1
 	if [ -n "${GPUIVF_LOCAL:-}" ]; then
 		PGBIN=$("${PG_CONFIG:-pg_config}" --bindir)
 		PGUSER_OS=postgres
 		as_pg() { runuser -u postgres -- env PATH="$PGBIN:$PATH" ${ENGINE:+GPUIVF_FAKE_DEVICES=${GPUIVF_FAKE_DEVICES:-1}} bash -c "cd /tmp; $*"; }
 	else
-		if [ ! -f "$kit/pgkit.sh" ] || [ ! -f "$kit/pgkit.tar.xz" ] || [ ! -f "$kit/gpuivf.so" ]; then
-			echo "error: $kit must hold pgkit.sh, pgkit.tar.xz, gpuivf.so and gpuivf_gpu.so" >&2
+		if [ ! -f "$kit_dir/pgkit.sh" ] || [ ! -f "$kit_dir/pgkit.tar.xz" ] || [ ! -f "$kit_dir/gpuivf.so" ]; then
+			echo "error: $kit_dir must hold pgkit.sh, pgkit.tar.xz, gpuivf.so and gpuivf_gpu.so" >&2
 			exit 1
 		fi
 		# shellcheck disable=SC1090,SC1091
-		source "$kit/pgkit.sh" unpack "$kit/pgkit.tar.xz" || exit 1
+		source "$kit_dir/pgkit.sh" unpack "$kit_dir/pgkit.tar.xz" || exit 1
 		PGBIN=$(pg_config --bindir)
 		PGUSER_OS=pgrun
 		as_pg() { pgkit_as "$*"; }
-		cp "$kit/gpuivf.so" "$kit/gpuivf_gpu.so" "$(pg_config --pkglibdir)/" || exit 1
+		cp "$kit_dir/gpuivf.so" "$kit_dir/gpuivf_gpu.so" "$(pg_config --pkglibdir)/" || exit 1
 		cp gpuivf.control sql/gpuivf--0.1.0.sql "$(pg_config --sharedir)/extension/" || exit 1
 		nvidia-smi -L 2>&1 | head -8
 	fi
