@@ -40,8 +40,8 @@ bool        gpuivfvalidate(Oid opclassoid);
 
 /* build.cpp: amphasename (the handler points amphasename here) */
 char       *gpuivfbuildphasename(int64 phasenum);
-/* info.cpp, verify.cpp (+ verify_*.cpp, am/verify.h), calibrate.cpp: SQL functions (the install script
- * references them) */
+/* info.cpp, verify.cpp (am/verify.h maps its files), calibrate.cpp: SQL
+ * functions (the install script references them) */
 extern "C" {
 Datum       gpuivf_index_info(PG_FUNCTION_ARGS);
 Datum       gpuivf_verify(PG_FUNCTION_ARGS);
