@@ -24,6 +24,25 @@
 #include "utils/rel.h"
 
 /*
+ * The growth of the scan's arrays (results, candidates, done ids): at least
+ * need elements, doubling, never fewer than min_cap; an array of cap
+ * elements of elem bytes in query_ctx (a new one when p is NULL).
+ */
+static int64
+GrownCapacity(int64 cap, int64 need, int64 min_cap)
+{
+    return Max(Max(cap * 2, need), min_cap);
+}
+
+static void *
+GrowArray(GpuivfScanOpaque so, void *p, Size elem, int64 cap)
+{
+    if (p == NULL)
+        return MemoryContextAllocHuge(so->query_ctx, elem * cap);
+    return repalloc_huge(p, elem * cap);
+}
+
+/*
  * Exact mode computes every distance but sorts lazily: before results[pos]
  * is returned, the next chunk of the unsorted tail is selected
  * (nth_element, linear) and sorted.  Chunks double from 1024 rows, so a
@@ -54,14 +73,9 @@ GpuivfReserveResults(GpuivfScanOpaque so, int64 n)
 {
     if (so->nresults + n <= so->results_cap)
         return;
-    int64       cap = Max(so->results_cap * 2, so->nresults + n);
+    int64       cap = GrownCapacity(so->results_cap, so->nresults + n, 64);
 
-    cap = Max(cap, 64);
-    if (so->results == NULL)
-        so->results = (GpuivfResult *)
-            MemoryContextAllocHuge(so->query_ctx, sizeof(GpuivfResult) * cap);
-    else
-        so->results = (GpuivfResult *) repalloc_huge(so->results, sizeof(GpuivfResult) * cap);
+    so->results = (GpuivfResult *) GrowArray(so, so->results, sizeof(GpuivfResult), cap);
     so->results_cap = cap;
 }
 
@@ -84,19 +98,10 @@ GpuivfReserveCandidates(GpuivfScanOpaque so, int64 n)
 {
     if (so->ncand + n <= so->cand_cap)
         return;
-    int64       cap = Max(so->cand_cap * 2, so->ncand + n);
+    int64       cap = GrownCapacity(so->cand_cap, so->ncand + n, 1024);
 
-    cap = Max(cap, 1024);
-    if (so->cand_ids == NULL)
-    {
-        so->cand_ids = (uint64 *) MemoryContextAllocHuge(so->query_ctx, sizeof(uint64) * cap);
-        so->cand_scores = (float *) MemoryContextAllocHuge(so->query_ctx, sizeof(float) * cap);
-    }
-    else
-    {
-        so->cand_ids = (uint64 *) repalloc_huge(so->cand_ids, sizeof(uint64) * cap);
-        so->cand_scores = (float *) repalloc_huge(so->cand_scores, sizeof(float) * cap);
-    }
+    so->cand_ids = (uint64 *) GrowArray(so, so->cand_ids, sizeof(uint64), cap);
+    so->cand_scores = (float *) GrowArray(so, so->cand_scores, sizeof(float), cap);
     so->cand_cap = cap;
 }
 
@@ -106,12 +111,9 @@ GpuivfAddDone(GpuivfScanOpaque so, const uint64 *ids, int64 n)
 {
     if (so->ndone + n > so->done_cap)
     {
-        int64       cap = Max(Max(so->done_cap * 2, so->ndone + n), 256);
+        int64       cap = GrownCapacity(so->done_cap, so->ndone + n, 256);
 
-        if (so->done_ids == NULL)
-            so->done_ids = (uint64 *) MemoryContextAllocHuge(so->query_ctx, sizeof(uint64) * cap);
-        else
-            so->done_ids = (uint64 *) repalloc_huge(so->done_ids, sizeof(uint64) * cap);
+        so->done_ids = (uint64 *) GrowArray(so, so->done_ids, sizeof(uint64), cap);
         so->done_cap = cap;
     }
     memcpy(so->done_ids + so->ndone, ids, sizeof(uint64) * n);
