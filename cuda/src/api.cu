@@ -258,6 +258,7 @@ gpuivf_cuda_status gpuivf_cuda_exact_knn(gpuivf_cuda_resources *res, int32_t met
     API_END
 }
 
+/* src/core's kmeans_default_params (the engine links no src/core code) */
 gpuivf_cuda_kmeans_params gpuivf_cuda_kmeans_default_params(void) noexcept {
     gpuivf_cuda_kmeans_params p;
     p.niter = 20;

@@ -172,11 +172,13 @@ gpuivf_cuda_status gpuivf_cuda_get_device_info(gpuivf_cuda_resources *, gpuivf_c
     return ok();
 }
 
+/* The GPU engine's defaults are src/core's (cuda/src/api.cu). */
 gpuivf_cuda_kmeans_params gpuivf_cuda_kmeans_default_params(void) noexcept {
+    const gpuivf::KMeansParams core = gpuivf::kmeans_default_params();
     gpuivf_cuda_kmeans_params p;
-    p.niter = 20;
-    p.seed = 1234;
-    p.max_points_per_centroid = 256;
+    p.niter = core.niter;
+    p.seed = core.seed;
+    p.max_points_per_centroid = core.max_points_per_centroid;
     return p;
 }
 

@@ -1,5 +1,5 @@
 
-# CREATE INDEX grows the index file a chunk of pages at a time (src/pg/storage/page.cpp,
+# CREATE INDEX grows the index file a chunk of pages at a time (src/pg/storage/writer.cpp,
 # WriterNewBuffer): pages a writer added but did not use stay all-zero, at most
 # an eighth of the index.  They are never WAL-logged, so an immediate shutdown
 # right after the build must leave a working index; every reader skips them;

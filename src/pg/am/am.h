@@ -40,8 +40,8 @@ bool        gpuivfvalidate(Oid opclassoid);
 
 /* build.cpp: amphasename (the handler points amphasename here) */
 char       *gpuivfbuildphasename(int64 phasenum);
-/* info.cpp, verify.cpp, calibrate.cpp: SQL functions (the install script
- * references them) */
+/* info.cpp, verify.cpp (am/verify.h maps its files), calibrate.cpp: SQL
+ * functions (the install script references them) */
 extern "C" {
 Datum       gpuivf_index_info(PG_FUNCTION_ARGS);
 Datum       gpuivf_verify(PG_FUNCTION_ARGS);
@@ -64,7 +64,7 @@ Relation    GpuivfOpenCheckedIndexLocked(Oid relid, Oid heapid, LOCKMODE heaploc
 List       *GpuivfLockPartitionIndexes(Oid relid, Oid heapid);
 /* -------------------------------------------------------------- scan */
 
-/* private to scan.cpp */
+/* the scan's state, private to scan*.cpp (am/scan.h) */
 typedef struct GpuivfScanOpaqueData *GpuivfScanOpaque;
 /* rows the scan's query needs (0 = unknown): round 1 keeps at least that
  * many candidates; set before rescan (the planner integration sets it from

@@ -21,7 +21,7 @@
  * code are the same (fixed seeds; the sample is chosen by hash), and only
  * where a vector tuple lands (so the entry ids and their order within a
  * list) depends on which process wrote it.
- * Pages are written through shared buffers without WAL (storage/page.cpp's
+ * Pages are written through shared buffers without WAL (storage/writer.cpp's
  * build writers) and, when the index needs WAL, logged as full-page images
  * once each is final: by the process that wrote it, while the build goes
  * on.  The engine runs with no buffer lock held; it polls GpuivfShouldCancel

@@ -1,8 +1,11 @@
 /*
  * storage/storage.h — the pages of a gpuivf index: the metapage and the
- * per-backend model cache (meta.cpp), and every page read and change
- * (page.cpp: the build's page writer, GenericXLog records, list and vector
- * page decoding).  Formats: gpuivf.h; design: README.md, "Pages" and "WAL".
+ * per-backend model cache (meta.cpp), and every page read and change:
+ * page.cpp (primitives: formatting, extending, adding items, vector
+ * tuples), read.cpp (raw arrays, directory entries, list page decoding),
+ * writer.cpp (the build's page writer), wal.cpp (GenericXLog records of
+ * inserts, VACUUM and calibrations).  Formats: gpuivf.h; design: README.md,
+ * "Pages" and "WAL".
  */
 #ifndef GPUIVF_STORAGE_H
 #define GPUIVF_STORAGE_H
@@ -50,15 +53,20 @@ uint16      GpuivfStorageOf(GpuivfVectorType type);
 const char *GpuivfMetricName(int metric);
 /* ------------------------------------------- WAL-logged page changes */
 
-/* page.cpp: the only code that changes pages under WAL */
+/* page.cpp: primitives of the other page files */
 Buffer      GpuivfNewBuffer(Relation index, ForkNumber forknum);
 #define GPUIVF_INSERT_EXTEND_MAX    64  /* pages an insert adds for waiters */
 Buffer      GpuivfNewVectorBuffer(Relation index);
+/* whether extending index needs the relation extension lock */
+bool        GpuivfExtensionNeedsLock(Relation index);
 void        GpuivfInitPage(Page page, uint16 page_type);
 void        GpuivfInitRegisterPage(GenericXLogState *state, Buffer buf, uint16 page_type, Page *page);
-void        GpuivfWriteRawPages(Relation index, ForkNumber forknum, uint16 page_type,
-                                const void *data, Size bytes, bool wal, BlockNumber *start,
-                                uint32 *npages);
+/* adds one item the caller made room for (an ERROR if it does not fit) */
+OffsetNumber GpuivfPageAddItemOrError(Relation index, Page page, const void *item, Size size);
+/* list's entry on its directory page (GpuivfDirPageOf; locked by the caller) */
+GpuivfListDirEntry *GpuivfDirEntryOnPage(Page page, int list);
+
+/* read.cpp: raw arrays and directory entries */
 /* reads block blkno of the index arg names (pinned, unlocked) */
 typedef Buffer (*GpuivfReadPageFn) (const void *arg, BlockNumber blkno);
 BlockNumber GpuivfCopyRawPages(GpuivfReadPageFn read_page, const void *arg, BlockNumber start,
@@ -66,9 +74,8 @@ BlockNumber GpuivfCopyRawPages(GpuivfReadPageFn read_page, const void *arg, Bloc
 void        GpuivfReadRawPages(Relation index, BlockNumber start, uint32 npages, uint16 page_type,
                                void *data, Size bytes);
 GpuivfListDirEntry GpuivfReadDirEntry(Relation index, const GpuivfMetaPageData *meta, int list);
-void        GpuivfBumpMeta(GenericXLogState *state, Buffer metabuf, int64 vectors_delta);
 
-/* page.cpp: build-time page writing.  Pages of an index being built are
+/* writer.cpp: build-time page writing.  Pages of an index being built are
  * written without WAL through shared buffers; when the index needs WAL
  * (`wal`: RelationNeedsWAL, decided by the build's leader, or an init fork)
  * each page is logged as a full-page image (log_newpage_range) once it is
@@ -107,8 +114,12 @@ void        GpuivfWriterPause(GpuivfPageWriter *w);   /* unlock before long engi
 void        GpuivfWriterFinish(GpuivfPageWriter *w);
 void        GpuivfBuildPutMeta(Relation index, ForkNumber forknum, const GpuivfMetaPageData *meta,
                                bool wal);
+void        GpuivfWriteRawPages(Relation index, ForkNumber forknum, uint16 page_type,
+                                const void *data, Size bytes, bool wal, BlockNumber *start,
+                                uint32 *npages);
 
-/* page.cpp: one insert, one GenericXLog record (at most 4 buffers). */
+/* wal.cpp: changes to live pages, one GenericXLog record each (at most 4
+ * buffers).  One insert: */
 typedef struct GpuivfInsertPlan
 {
     Buffer      vecbuf;         /* vector page, or InvalidBuffer: no vector tuple */
@@ -130,6 +141,8 @@ typedef struct GpuivfInsertPlan
 } GpuivfInsertPlan;
 
 void        GpuivfLogInsert(Relation index, const GpuivfInsertPlan *plan);
+/* registers the metapage in state: generation + 1, vectors + delta */
+void        GpuivfBumpMeta(GenericXLogState *state, Buffer metabuf, int64 vectors_delta);
 void        GpuivfLogAppendListPage(Relation index, Buffer tailbuf, Buffer newbuf,
                                     Buffer dirbuf, int list, Buffer metabuf);
 void        GpuivfLogDeleteListEntries(Relation index, Buffer listbuf, OffsetNumber *offsets,
@@ -137,12 +150,13 @@ void        GpuivfLogDeleteListEntries(Relation index, Buffer listbuf, OffsetNum
                                        int list, BlockNumber new_insert_page, Buffer metabuf);
 void        GpuivfLogFreeVectorTuples(Relation index, Buffer vecbuf, OffsetNumber *offsets,
                                       int noffsets, Buffer metabuf, bool count_vectors);
+/* page.cpp */
 BlockNumber GpuivfDirPageOf(const GpuivfMetaPageData *meta, int list);
 /* room on an item page, within MaxIndexTuplesPerPage line pointers */
 Size        GpuivfPageFreeSpace(Page page);
 bool        GpuivfPageHasRoom(Page page, Size size);
 
-/* page.cpp: a calibration (README.md, "Calibration queries"): growing the
+/* wal.cpp: a calibration (README.md, "Calibration queries"): growing the
  * free chain of calibration-query pages, writing queries into its pages,
  * and the record that stores the curves and makes them the current set */
 void        GpuivfLogCalibFreeAppend(Relation index, Buffer tailbuf, const Buffer *newbufs, int n,
@@ -152,17 +166,18 @@ void        GpuivfLogCalibQueryPages(Relation index, const Buffer *bufs, int n,
                                      uint32 calib_id);
 void        GpuivfLogCalibration(Relation index, Buffer metabuf, const GpuivfMetaPageData *calib,
                                  Buffer lastbuf, Buffer oldtailbuf, BlockNumber free_next);
-/* page.cpp: the stamp and floats of a calibration-query page (caller locks
+/* wal.cpp: the stamp and floats of a calibration-query page (caller locks
  * it), NULL when it is not one */
 const float4 *GpuivfCalibPageData(Page page, uint32 *calib_id, uint32 *n);
 
-/* page.cpp: reading pages (scan, batch search) */
+/* page.cpp: the corruption error for a page that is not what was expected */
 void        GpuivfBadPage(Relation index, BlockNumber blkno, const char *expected);  /* ERROR */
+/* read.cpp: list pages (scan, batch search, calibration, the worker) */
 const char *GpuivfDecodeListPage(Page page, int code_size, int capacity, uint64 *ids,
                                  uint8 *codes, int *n);   /* NULL, or what was expected */
 int         GpuivfReadListPage(Relation index, BlockNumber blkno, int code_size, int capacity,
                                uint64 *ids, uint8 *codes, BlockNumber *next);
-/* the vector tuple at off (NULL: not in use); value_bytes: what it must hold
+/* page.cpp: the vector tuple at off (NULL: not in use); value_bytes: what it must hold
  * (GpuivfVectorValueBytes) */
 GpuivfVectorTuple *GpuivfPageVectorTuple(Relation index, Page page, BlockNumber blkno,
                                          OffsetNumber off, Size value_bytes);
