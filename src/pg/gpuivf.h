@@ -228,6 +228,8 @@ extern "C" {
 
 extern int  gpuivf_probes;              /* gpuivf.probes, 0 = automatic */
 extern int  gpuivf_rerank_candidates;   /* gpuivf.rerank_candidates */
+/* PQ candidates re-ranked for a query of k rows (gpuivf.cpp) */
+int         GpuivfRerankCount(int k);
 extern int  gpuivf_device;              /* gpuivf.device */
 
 /* ANALYZE calibration */

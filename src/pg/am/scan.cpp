@@ -4,7 +4,7 @@
  *
  *  round 1   GpuivfSearchBatch with nq = 1 (search/dispatch.cpp: the GPU worker
  *            or the CPU engine): the nprobe best lists, ADC k-selection of
- *            max(k, R) candidates (R = gpuivf.rerank_candidates), exact
+ *            GpuivfRerankCount(k) candidates (gpuivf.rerank_candidates), exact
  *            re-rank, the k best.  k is the rows the query needs when the
  *            planner integration knows it (limit_hint: LIMIT + OFFSET, raised
  *            for a filter above the scan, planner/knn_node.cpp), else R.  A batched kNN join may have

@@ -70,7 +70,7 @@ gpuivf_worker_search(PG_FUNCTION_ARGS)
     }
     query.k = k;
     query.nprobe = nprobe;
-    query.rerank = (meta.flags & GPUIVF_META_RERANK) ? Max(gpuivf_rerank_candidates, k) : 0;
+    query.rerank = (meta.flags & GPUIVF_META_RERANK) ? GpuivfRerankCount(k) : 0;
 
     /* what the worker never takes, said precisely */
     if (!GpuivfWorkerCanRead(index) || !GpuivfMetaIsTrained(&meta) ||

@@ -6,7 +6,7 @@
  *
  * How: for each query the lists are visited in probe order, feeding one ADC
  * k-selection of Cmax = the most candidates a scan of any measured k keeps
- * (C_k = max(k, gpuivf.rerank_candidates), capped at 1024), the query's own
+ * (C_k = GpuivfRerankCount(k), the scan's count), the query's own
  * entry skipped when the query is a row of the index; at every measured
  * nprobe the best C_k of them are exactly those a scan's first round keeps
  * for a LIMIT of k with that nprobe, so the scan's recall follows without
@@ -540,7 +540,6 @@ MeasureCurves(Relation index, const GpuivfMetaPageData *meta, const CalibSample 
     int         stage_end_prev = -1;
     float      *cand_vals;
     uint64     *cand_ids;
-    int         R = Max(gpuivf_rerank_candidates, 1);
 
     Assert(nk >= 1 && nk <= GPUIVF_CURVE_KS);
     memset(&sw, 0, sizeof(sw));
@@ -555,7 +554,7 @@ MeasureCurves(Relation index, const GpuivfMetaPageData *meta, const CalibSample 
     {
         sw.ks[c] = ks[c];
         /* what a scan of k rows keeps (search/round_one.cpp) */
-        sw.C[c] = Min(Max(ks[c], R), gpuivf::kMaxK);
+        sw.C[c] = GpuivfRerankCount(ks[c]);
         sw.Cmax = Max(sw.Cmax, sw.rerank ? sw.C[c] : ks[c]);
     }
     sw.ordered = !sw.rerank || sw.C[0] < sw.Cmax;

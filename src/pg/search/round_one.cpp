@@ -30,7 +30,9 @@ GpuivfMakeQuery(Relation index, const GpuivfMetaPageData *meta, int64 hint, doub
     query->vector = vector;
     query->k = k;
     query->nprobe = probes.nprobe;
-    query->rerank = GpuivfMetaReranks(meta) ? Min(Max(k, candidates), gpuivf::kMaxK) : 0;
+    /* a LIMIT: its count; none: the setting's, a chunk at a time */
+    query->rerank = !GpuivfMetaReranks(meta) ? 0 :
+        hint > 0 ? GpuivfRerankCount(k) : Min(Max(k, candidates), gpuivf::kMaxK);
     return probes.source;
 }
 

@@ -83,8 +83,8 @@ void        GpuivfCheckDevice(void);
 /* round_one.cpp: the round-1 query of a scan of index that needs `hint`
  * rows (0 = unknown) of which a fraction filter_sel (1 = no filter) passes
  * the scan's filter: k = hint (or gpuivf.rerank_candidates), nprobe from
- * GpuivfChooseProbes, rerank = max(k, gpuivf.rerank_candidates) when the
- * index stores vectors.  Returns a GPUIVF_PROBES_* source. */
+ * GpuivfChooseProbes, rerank = GpuivfRerankCount(k) (no LIMIT: the
+ * setting's count) when the index stores vectors.  Returns a GPUIVF_PROBES_* source. */
 int         GpuivfMakeQuery(Relation index, const GpuivfMetaPageData *meta, int64 hint, double filter_sel,
                             const float4 *vector, GpuivfQuery *query);
 /* Rows to ask of round 1 when `rows` must pass a filter of selectivity sel
