@@ -44,6 +44,7 @@
 #include "worker/bgworker/gpu_cache.h"
 #include "storage/storage.h"
 
+#include "access/xlog.h"
 #include "utils/memutils.h"
 
 static GpuIndex Cache[GPUIVF_MAX_CACHED];
@@ -158,6 +159,7 @@ DropCopy(GpuIndex *ix)
         MemoryContextDelete(ix->cxt);
     ix->cxt = NULL;
     ix->pages = NULL;
+    ix->list_changes = NULL;
     ix->entries = 0;
     ix->device_bytes = 0;
 }
@@ -279,6 +281,7 @@ CreateCopy(GpuIndex *ix, const GpuivfMetaPageData *meta)
     ctl.hcxt = ix->cxt;
     ix->pages = hash_create("gpuivf page mirror", 1024, &ctl,
                             HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+    ix->list_changes = NULL;
     ix->meta = *meta;
     ix->end_generation = 0;
     ix->end_vectors = 0;
@@ -305,9 +308,19 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
     instr_time  t0;
     double      t_walk = 0.0;   /* seconds until the walk ended */
     double      t_rest = 0.0;   /* and after it */
+    bool        in_recovery;
+    bool        by_arithmetic;
+    uint64      removals_start;
+    uint64     *counts;
+    const uint64 *seen;
 
-    /* the copy changes: no search in flight may still read it */
-    GpuivfDrainSearches();
+    /*
+     * Before the metapage: changes replayed from WAL move no list change
+     * counter, so a walk that begins during recovery walks every list, and
+     * the next walk trusts the counters only if this one began after it.
+     */
+    in_recovery = RecoveryInProgress();
+    removals_start = GpuivfListRemovalCount(&ix->node);
     INSTR_TIME_SET_CURRENT(t0);
 
     ReadMetaPage(ix, &meta1);
@@ -328,16 +341,36 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
 
     memset(&wk, 0, sizeof(wk));
     wk.code_size = meta1.code_size;
-    new_pages = WalkLists(ix, &meta1, req->lsn_reliable && !fresh, &wk);
+    counts = (uint64 *) palloc_extended(sizeof(uint64) * meta1.lists, MCXT_ALLOC_HUGE);
+    memset(counts, 0xFF, sizeof(uint64) * meta1.lists);     /* GPUIVF_LIST_UNSETTLED */
+    seen = !fresh && req->lsn_reliable && !in_recovery ? ix->list_changes : NULL;
+    new_pages = WalkLists(ix, &meta1, req->lsn_reliable && !fresh, seen, counts, &wk);
     ReadMetaPage(ix, &meta2);
     GpuivfAddSeconds(&t_walk, &t0);
 
-    /* only inserts since the last walk: the generation moved by rows + pages */
-    /* (a shard does not walk the other shards' lists, so it cannot count
-     * their new pages: it always takes the general path below) */
-    pure = !fresh && ix->nshards == 1 &&
+    /*
+     * The walk only read pages: searches in flight ran meanwhile.  From here
+     * the copy changes, so none may still read it.
+     */
+    GpuivfDrainSearches();
+
+    /*
+     * Only inserts since the last walk?  With trusted counters (seen): no
+     * change that removes entries began since the last walk began, nor was
+     * under way then (read after this walk's last page).  Else the
+     * generation moved by rows + pages (a page appended to a list after the
+     * walk passed it, or on a standby, fails this: the general path below;
+     * a shard does not walk the other shards' lists, so it cannot count their
+     * new pages and always takes it).
+     */
+    by_arithmetic = !fresh && ix->nshards == 1 &&
         (int64) (meta2.generation - ix->end_generation) ==
         (int64) (meta2.vectors - ix->end_vectors) + new_pages;
+    if (seen != NULL)
+        pure = ix->removals_seen != GPUIVF_LIST_UNSETTLED &&
+            GpuivfListRemovalCount(&ix->node) == ix->removals_seen;
+    else
+        pure = by_arithmetic;
 
     for (int i = 0; i < wk.npages; i++)
     {
@@ -377,6 +410,18 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
     for (int i = 0; i < wk.npages; i++)
         UpdateMirror(ix, &wk, &wk.pages[i], ids_out);
 
+    ix->removals_seen = in_recovery ? GPUIVF_LIST_UNSETTLED : removals_start;
+    if (in_recovery)
+        ix->list_changes = NULL;
+    else
+    {
+        if (ix->list_changes == NULL)
+            ix->list_changes = (uint64 *) MemoryContextAllocHuge(ix->cxt,
+                                                                 sizeof(uint64) * meta1.lists);
+        memcpy(ix->list_changes, counts, sizeof(uint64) * meta1.lists);
+    }
+    pfree(counts);
+
     UpdateDeviceBytes(ix);
     ix->meta = meta1;
     ix->generation = meta1.generation;
@@ -384,9 +429,12 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
     ix->end_vectors = meta2.vectors;
     GpuivfAddSeconds(&t_rest, &t0);
     elog(DEBUG1, "gpuivf GPU worker %s index %u: %lld entries of %d list pages in %.0f ms "
-         "(walking the lists %.0f ms, reading vectors %.0f ms, to the engine %.0f ms)",
+         "(walking the lists %.0f ms, reading vectors %.0f ms, to the engine %.0f ms); "
+         "walked %d of %d lists, %lld entries removed first (only inserts: %s; by the generation: %s)",
          fresh ? "loaded" : "caught up", ix->indexoid, (long long) wk.n, wk.npages,
-         1000 * (t_walk + t_rest), 1000 * t_walk, 1000 * wk.t_vectors, 1000 * wk.t_device);
+         1000 * (t_walk + t_rest), 1000 * t_walk, 1000 * wk.t_vectors, 1000 * wk.t_device,
+         wk.lists_walked, wk.lists_total, (long long) nremove,
+         fresh ? "-" : pure ? "yes" : "no", fresh ? "-" : by_arithmetic ? "yes" : "no");
     pg_atomic_fetch_add_u64(fresh ? &GpuivfShmem->workers[GpuivfMyWorker].loads
                             : &GpuivfShmem->workers[GpuivfMyWorker].refreshes, 1);
     return true;
