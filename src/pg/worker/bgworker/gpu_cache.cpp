@@ -24,12 +24,15 @@
  * after taking its snapshot.  A copy is labelled with the generation read
  * *before* it was (re)loaded, so it holds every entry that existed then: a
  * request is served only by a copy whose label is at least the request's,
- * otherwise the copy catches up first.  Catching up walks every list chain
- * and compares page LSNs (every WAL-logged change of a page moves its LSN);
- * only changed pages are read.  When nothing but inserts happened since the
- * last walk (the generation moved exactly as much as the row count plus the
- * new pages: every other record moves it more), a changed page whose old
- * entries are a prefix of its new ones only appends its new entries;
+ * otherwise the copy catches up first.  Catching up walks the list chains
+ * whose change counters moved since the last walk (list_changes.cpp; every
+ * chain during recovery, when replay moves no counter) and compares page
+ * LSNs (every WAL-logged change of a page moves its LSN); only changed pages
+ * are read.  When nothing but inserts happened since the last walk (no
+ * change that removes entries was counted; untrusted counters: the
+ * generation moved exactly as much as the row count plus the new pages,
+ * every other record moves it more), a changed page whose old entries are a
+ * prefix of its new ones only appends its new entries;
  * otherwise the page's old entries are removed from the GPU and all its
  * entries added again.  Indexes without reliable LSNs (unlogged, or new in
  * this transaction under wal_level = minimal) are reloaded whenever they
