@@ -11,8 +11,10 @@
 #  - inserting and querying clients at once (pgbench): each inserted row,
 #    once committed, is the answer of its client's next GPU query for its own
 #    vector; the catch-ups meanwhile only appended, most of them walked a
-#    few of the lists; afterwards the answers equal the CPU's and the index
-#    verifies.
+#    few of the lists; afterwards the answers equal the CPU's;
+#  - the same with clients deleting rows and running VACUUM among them:
+#    catch-ups after removals replace the changed pages' entries, and
+#    afterwards the answers equal the CPU's and the index verifies.
 
 use strict;
 use warnings;
@@ -141,6 +143,26 @@ is(scalar(grep { $_->{removed} > 0 || $_->{inserts_only} ne 'yes' } @$s), 0,
 	'every catch-up under inserts only appended (nothing removed)');
 my @few = grep { $_->{walked} < $lists / 2 } @$s;
 cmp_ok(scalar(@few), '>=', scalar(@$s) / 2, 'most catch-ups walked fewer than half of the lists');
+is(answers($gpu), answers($cpu), 'afterwards GPU answers equal the CPU answers (ids and distances)');
+
+# ------------------------- and with DELETE + VACUUM running among them
+$scripts{'delete_vacuum@1'} = q{\set r random(1, 298)
+DELETE FROM items WHERE id BETWEEN :r * 10 + 2 AND :r * 10 + 9 OR (id >= 300000 AND id % 7 = :r % 7 AND random() < 0.01);
+VACUUM items;
+};
+$off = -s $node->logfile;
+{
+	local $ENV{PGOPTIONS} = '-c gpuivf.device=gpu -c gpuivf.probes=4 -c enable_seqscan=off';
+	$bench = start_pgbench($node, '-c 6 -j 2 -T 10', \%scripts);
+}
+($rc, $out, $err) = finish_pgbench($bench);
+is($rc, 0, 'with DELETE and VACUUM too, pgbench finished without client errors')
+  or diag("stdout:\n$out\nstderr:\n$err");
+unlike($err, qr/not the next GPU query|fewer than 10|ERROR/,
+	'every inserted row was still its client\'s next GPU answer');
+$s = [ grep { $_->{kind} eq 'caught up' } @{ syncs_since($off) } ];
+cmp_ok(scalar(grep { $_->{inserts_only} eq 'no' && $_->{removed} > 0 } @$s), '>', 0,
+	'catch-ups after VACUUM\'s removals replaced the changed pages\' entries');
 is(answers($gpu), answers($cpu), 'afterwards GPU answers equal the CPU answers (ids and distances)');
 $node->safe_psql('postgres', q{SELECT gpuivf_verify('items_v', true)});
 pass('the index verifies (heapallindexed)');

@@ -28,6 +28,7 @@
 #include "gpuivf.h"
 #include "worker/worker.h"
 
+#include "access/xact.h"
 #include "common/hashfn.h"
 #include "port/atomics.h"
 #include "storage/shmem.h"
@@ -89,11 +90,65 @@ RemovalSlot(const RelFileNode *node)
     return &ListChanges[GPUIVF_LIST_CHANGE_SLOTS + (HashNode(node) & (GPUIVF_REMOVAL_SLOTS - 1))];
 }
 
+/*
+ * The change this backend has begun and not ended (at most one: Begin and
+ * End bracket one record).  An error between them (a page found full, out
+ * of memory: before the record, so the page did not change) ends it from
+ * the (sub)transaction abort callback; else the slot would stay unsettled
+ * and its lists be walked at every catch-up.
+ */
+static struct
+{
+    bool        active;
+    RelFileNode node;
+    int         list;
+    bool        removes;
+}           Pending;
+
+static void
+EndPending(void)
+{
+    if (!Pending.active)
+        return;
+    Pending.active = false;
+    (void) pg_atomic_fetch_add_u64(&ListSlot(&Pending.node, Pending.list)->ended, 1);
+    if (Pending.removes)
+        (void) pg_atomic_fetch_add_u64(&RemovalSlot(&Pending.node)->ended, 1);
+}
+
+static void
+AbortCallback(XactEvent event, void *arg)
+{
+    if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+        EndPending();
+}
+
+static void
+SubAbortCallback(SubXactEvent event, SubTransactionId mySubid, SubTransactionId parentSubid,
+                void *arg)
+{
+    if (event == SUBXACT_EVENT_ABORT_SUB)
+        EndPending();
+}
+
 void
 GpuivfListChangeBegin(Relation index, int list, bool removes)
 {
+    static bool callbacks = false;
+
     if (ListChanges == NULL)
         return;
+    if (!callbacks)
+    {
+        RegisterXactCallback(AbortCallback, NULL);
+        RegisterSubXactCallback(SubAbortCallback, NULL);
+        callbacks = true;
+    }
+    Assert(!Pending.active);
+    Pending.node = index->rd_node;
+    Pending.list = list;
+    Pending.removes = removes;
+    Pending.active = true;
     if (removes)
         (void) pg_atomic_fetch_add_u64(&RemovalSlot(&index->rd_node)->begun, 1);
     (void) pg_atomic_fetch_add_u64(&ListSlot(&index->rd_node, list)->begun, 1);
@@ -102,11 +157,10 @@ GpuivfListChangeBegin(Relation index, int list, bool removes)
 void
 GpuivfListChangeEnd(Relation index, int list, bool removes)
 {
-    if (ListChanges == NULL)
-        return;
-    (void) pg_atomic_fetch_add_u64(&ListSlot(&index->rd_node, list)->ended, 1);
-    if (removes)
-        (void) pg_atomic_fetch_add_u64(&RemovalSlot(&index->rd_node)->ended, 1);
+    Assert(!Pending.active ||
+           (RelFileNodeEquals(Pending.node, index->rd_node) && Pending.list == list &&
+            Pending.removes == removes));
+    EndPending();
 }
 
 /* begun when it equals ended, else GPUIVF_LIST_UNSETTLED */
