@@ -305,13 +305,16 @@ fi
 # from the worker's DEBUG1 lines ("... in T ms (walking the lists W ms,
 # reading vectors V ms, to the engine E ms); walked L of N lists")
 catchup_summary() {
+	local nrem ngen
+	nrem=$(grep -c 'only inserts: no' "$1")
+	ngen=$(grep -c 'by the generation: no' "$1")
 	sed -n 's/.*: \([0-9]*\) entries of \([0-9]*\) list pages in \([0-9]*\) ms (walking the lists \([0-9]*\) ms, reading vectors \([0-9]*\) ms, to the engine \([0-9]*\) ms)\(; walked \([0-9]*\) of \([0-9]*\) lists\)\{0,1\}.*/\1 \2 \3 \4 \5 \6 \8 \9/p' "$1" |
-		awk 'function med(a, n,   i, j, t) { for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t } return n ? a[int((n + 1) / 2)] : 0 }
+		awk -v nrem="$nrem" -v ngen="$ngen" 'function med(a, n,   i, j, t) { for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t } return n ? a[int((n + 1) / 2)] : 0 }
 		     function mx(a, n,   i, m) { m = 0; for (i = 1; i <= n; i++) if (a[i] > m) m = a[i]; return m }
 		     { n++; e[n] = $1; p[n] = $2; t[n] = $3; w[n] = $4; v[n] = $5; g[n] = $6; if ($8 != "") { nk++; l[nk] = $7; nl = $8 } }
 		     END { if (!n) { print "no DEBUG1 catch-up lines"; exit }
-		           printf "%d logged; median / max: %s / %s ms in all, walking %s / %s ms, vectors %s / %s ms, engine %s / %s ms, entries %s / %s, list pages %s / %s, lists walked %s / %s of %s\n",
-		             n, med(t, n), mx(t, n), med(w, n), mx(w, n), med(v, n), mx(v, n), med(g, n), mx(g, n), med(e, n), mx(e, n), med(p, n), mx(p, n), (nk ? med(l, nk) : "-"), (nk ? mx(l, nk) : "-"), (nk ? nl : "-") }'
+		           printf "%d logged (%d removed entries first; %d would have by the generation arithmetic alone); median / max: %s / %s ms in all, walking %s / %s ms, vectors %s / %s ms, engine %s / %s ms, entries %s / %s, list pages %s / %s, lists walked %s / %s of %s\n",
+		             n, nrem, ngen, med(t, n), mx(t, n), med(w, n), mx(w, n), med(v, n), mx(v, n), med(g, n), mx(g, n), med(e, n), mx(e, n), med(p, n), mx(p, n), (nk ? med(l, nk) : "-"), (nk ? mx(l, nk) : "-"), (nk ? nl : "-") }'
 }
 INSERTS="not run"
 if [ "$INSERTERS" -gt 0 ] && [ "$(left)" -gt $((BENCH_S + 40)) ]; then
