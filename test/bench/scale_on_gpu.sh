@@ -301,6 +301,21 @@ if [ "$HOST_RERANK" = 1 ] && [ "$RERANK" = true ] && [ "$(left)" -gt $((3 * BENC
 fi
 
 # ------------------------------------------------------------- 4. inserts
+# catchup_summary FILE -> count and median / max of the catch-ups' times (ms)
+# from the worker's DEBUG1 lines ("... in T ms (walking the lists W ms,
+# reading vectors V ms, to the engine E ms); walked L of N lists")
+catchup_summary() {
+	local nrem ngen
+	nrem=$(grep -c 'only inserts: no' "$1")
+	ngen=$(grep -c 'by the generation: no' "$1")
+	sed -n 's/.*: \([0-9]*\) entries of \([0-9]*\) list pages in \([0-9]*\) ms (walking the lists \([0-9]*\) ms, reading vectors \([0-9]*\) ms, to the engine \([0-9]*\) ms)\(; walked \([0-9]*\) of \([0-9]*\) lists\)\{0,1\}.*/\1 \2 \3 \4 \5 \6 \8 \9/p' "$1" |
+		awk -v nrem="$nrem" -v ngen="$ngen" 'function med(a, n,   i, j, t) { for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t } return n ? a[int((n + 1) / 2)] : 0 }
+		     function mx(a, n,   i, m) { m = 0; for (i = 1; i <= n; i++) if (a[i] > m) m = a[i]; return m }
+		     { n++; e[n] = $1; p[n] = $2; t[n] = $3; w[n] = $4; v[n] = $5; g[n] = $6; if ($8 != "") { nk++; l[nk] = $7; nl = $8 } }
+		     END { if (!n) { print "no DEBUG1 catch-up lines"; exit }
+		           printf "%d logged (%d removed entries first; %d would have by the generation arithmetic alone); median / max: %s / %s ms in all, walking %s / %s ms, vectors %s / %s ms, engine %s / %s ms, entries %s / %s, list pages %s / %s, lists walked %s / %s of %s\n",
+		             n, nrem, ngen, med(t, n), mx(t, n), med(w, n), mx(w, n), med(v, n), mx(v, n), med(g, n), mx(g, n), med(e, n), mx(e, n), med(p, n), mx(p, n), (nk ? med(l, nk) : "-"), (nk ? mx(l, nk) : "-"), (nk ? nl : "-") }'
+}
 INSERTS="not run"
 if [ "$INSERTERS" -gt 0 ] && [ "$(left)" -gt $((BENCH_S + 40)) ]; then
 	sql "CREATE SEQUENCE ins_ids START 1000000000;"
@@ -309,18 +324,27 @@ if [ "$INSERTERS" -gt 0 ] && [ "$(left)" -gt $((BENCH_S + 40)) ]; then
 INSERT INTO items SELECT nextval('ins_ids'), ARRAY(SELECT x + 0.01 * (random() - 0.5) FROM unnest(v) x)::real[] FROM queries WHERE id = :q;
 EOF
 	chown "$PGUSER_OS" "$W/ins.sql"
+	# the worker's catch-ups meanwhile: its DEBUG1 line per catch-up (SyncCopy)
+	sql "ALTER SYSTEM SET log_min_messages = debug1; SELECT pg_reload_conf();" >/dev/null
+	sleep 1
+	log_from=$(stat -c %s "$W/server.log")
+	ups0=$(sql "SELECT sum(refreshes) FROM gpuivf_stat")
 	bench ins "$INSERTERS" "$W/ins.sql" "" > "$W/ins.res" &
 	ins_pid=$!
 	read -r qtps qp50 qp99 <<< "$(bench mixq 64 "$W/knn.sql" "-c gpuivf.device=gpu")"
 	wait "$ins_pid"
 	read -r itps _ ip99 < "$W/ins.res"
+	ups=$(( $(sql "SELECT sum(refreshes) FROM gpuivf_stat") - ups0 ))
+	sql "ALTER SYSTEM RESET log_min_messages; SELECT pg_reload_conf();" >/dev/null
+	tail -c +$((log_from + 1)) "$W/server.log" | grep 'GPU worker caught up index' > "$W/catchup.log"
+	CATCHUP=$(catchup_summary "$W/catchup.log")
 	fresh=0
 	for k in $(seq 1 20); do
 		got=$(sql "INSERT INTO items SELECT -$k, ARRAY(SELECT x + 0.5 FROM unnest(v) x)::real[] FROM queries WHERE id = $k;
 		           SET gpuivf.device = gpu; SELECT id FROM items ORDER BY v <-> (SELECT ARRAY(SELECT x + 0.5 FROM unnest(v) x)::real[] FROM queries WHERE id = $k) LIMIT 1;" 2>&1)
 		[ "$got" = "-$k" ] && fresh=$((fresh + 1))
 	done
-	INSERTS="$INSERTERS inserting: $itps rows/s (p99 $ip99 ms); 64 querying meanwhile: $qtps QPS, p99 $qp99 ms; committed rows found by the next GPU query: $fresh of 20"
+	INSERTS="$INSERTERS inserting: $itps rows/s (p99 $ip99 ms); 64 querying meanwhile: $qtps QPS, p99 $qp99 ms; committed rows found by the next GPU query: $fresh of 20; catch-ups of the GPU copy: $ups ($CATCHUP)"
 	say "4. $INSERTS"
 fi
 

@@ -33,7 +33,7 @@ our @EXPORT = qw(
   read_fvecs read_ivecs vec_literal knn_ids recall_at index_info index_lists list_sizes
   exact_settings assert_index_scan shared_data_dir start_pgbench finish_pgbench
   metric_operator metric_opclass count_via_index poll_until fake_gpu_engine fake_gpu_node worker_stat
-  wait_worker_ready
+  wait_worker_ready worker_syncs
   grouped_items_sql worker_knn_pgbench knn_answer count_same pgvector_missing pgvector_node node_client_dir
 );
 
@@ -458,6 +458,29 @@ sub worker_stat
 	my ($node, $col, $worker) = @_;
 	$worker //= 0;
 	return $node->safe_psql('postgres', "SELECT $col FROM gpuivf_stat WHERE worker = $worker");
+}
+
+# The loads and catch-ups of GPU copies that the workers of $node logged
+# (DEBUG1, log_min_messages = debug1) after byte $from of its log: an
+# arrayref of hashes (kind "loaded" or "caught up", entries, pages, walked and
+# lists: lists walked of the copy's lists, removed: entries removed first,
+# inserts_only: "yes", "no" or "-" for a load).
+sub worker_syncs
+{
+	my ($node, $from) = @_;
+	my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile, $from // 0);
+	my @s;
+	while ($log =~
+		/GPU worker (loaded|caught up) index \d+: (\d+) entries of (\d+) list pages .*?; walked (\d+) of (\d+) lists, (\d+) entries removed first \(only inserts: ([-a-z]+)/g
+	  )
+	{
+		push @s,
+		  {
+			kind => $1, entries => $2, pages => $3, walked => $4, lists => $5,
+			removed => $6, inserts_only => $7
+		  };
+	}
+	return \@s;
 }
 
 # Polls until GPU worker 0 (one other than pid $old_pid, when given) is

@@ -11,7 +11,9 @@
 #  - a REINDEX on the primary makes the standby's worker load the new index;
 #  - the standby's worker keeps serving through a restart of the primary,
 #    and through the standby's promotion, after which it serves the rows
-#    written on the new primary.
+#    written on the new primary and the rows replayed just before;
+#  - during recovery every catch-up walks every list (replay moves no list
+#    change counter), and so does the first catch-up after the promotion.
 
 use strict;
 use warnings;
@@ -29,6 +31,7 @@ my $primary = fake_gpu_node('primary', $fake, "hot_standby_feedback = on\n", all
 $primary->backup('base');
 my $standby = PostgreSQL::Test::Cluster->new('standby');
 $standby->init_from_backup($primary, 'base', has_streaming => 1);
+$standby->append_conf('postgresql.conf', "log_min_messages = debug1\n");
 $standby->start;
 
 for my $node ($primary, $standby)
@@ -98,11 +101,15 @@ $primary->safe_psql('postgres', join '',
 	map { $i++; "INSERT INTO items VALUES (-$i, '$_');\n" } @qs);
 my $r0 = worker_stat($standby, 'refreshes');
 $primary->wait_for_catchup($standby, 'replay');
+my $log_at = -s $standby->logfile;
 my $nearest = "SET gpuivf.device = gpu; SET enable_seqscan = off;\n"
   . join '', map { "SELECT id FROM items ORDER BY v <-> '$_' LIMIT 1;\n" } @qs;
 is($standby->safe_psql('postgres', $nearest), join("\n", map { -$_ } 1 .. scalar(@qs)),
 	'rows inserted on the primary are found by the standby\'s GPU worker once replayed');
 cmp_ok(worker_stat($standby, 'refreshes'), '>', $r0, 'its copy caught up with the replayed pages');
+my @ups = grep { $_->{kind} eq 'caught up' } @{ worker_syncs($standby, $log_at) };
+ok(@ups && !grep({ $_->{walked} != 40 || $_->{lists} != 40 } @ups),
+	'in recovery each catch-up walked all 40 lists') or diag explain \@ups;
 is(worker_stat($standby, 'loads'), '1', 'without loading the index again');
 is(answers($standby), answers($primary), 'both answer alike after the inserts');
 
@@ -157,8 +164,13 @@ is(answers($standby), answers($primary), 'after a REINDEX on the primary both an
 is(worker_stat($standby, 'loads'), $l0 + 1, 'the standby\'s worker loaded the rebuilt index');
 
 # --------------------------------------------------------- promotion
+# rows replayed just before the promotion, not yet on the standby's GPU
+$primary->safe_psql('postgres', q{
+	INSERT INTO items SELECT -300 - id, v FROM items WHERE id BETWEEN 6 AND 10});
+$primary->wait_for_catchup($standby, 'replay');
 $primary->stop;
 $standby->promote;
+$log_at = -s $standby->logfile;
 is($standby->safe_psql('postgres', 'SELECT pg_is_in_recovery()'), 'f', 'the standby was promoted');
 is(worker_stat($standby, 'pid'), $spid, 'its worker kept running through the promotion');
 $q0 = worker_queries($standby);
@@ -168,6 +180,13 @@ is( $standby->safe_psql('postgres',
 		"SET gpuivf.device = gpu; SELECT string_agg(id::text, ',' ORDER BY id) FROM "
 		  . "(SELECT id FROM items ORDER BY v <-> (SELECT v FROM items WHERE id = 3) LIMIT 3) s"),
 	'-203,-103,3', 'after promotion its GPU worker finds the rows written on the new primary');
+@ups = grep { $_->{kind} eq 'caught up' } @{ worker_syncs($standby, $log_at) };
+is($ups[0] && "$ups[0]{walked} of $ups[0]{lists}", '40 of 40',
+	'the first catch-up after the promotion walked every list');
+is( $standby->safe_psql('postgres',
+		"SET gpuivf.device = gpu; SELECT string_agg(id::text, ',' ORDER BY id) FROM "
+		  . "(SELECT id FROM items ORDER BY v <-> (SELECT v FROM items WHERE id = 7) LIMIT 2) s"),
+	'-307,7', 'and the rows replayed just before the promotion');
 cmp_ok(worker_queries($standby), '>', $q0, 'answered by the worker');
 is(answers($standby), answers_cpu($standby), 'and answers as the CPU engine');
 $standby->safe_psql('postgres', 'ANALYZE items');

@@ -15,6 +15,7 @@
 #include "gpuivf.h"
 #include "am/am.h"
 #include "storage/storage.h"
+#include "worker/worker.h"
 
 #include "miscadmin.h"
 #include "storage/freespace.h"
@@ -157,9 +158,11 @@ GetListBuffer(Relation index, const GpuivfMetaPageData *meta, int list, Size siz
             Buffer      newbuf = GpuivfNewBuffer(index, MAIN_FORKNUM);
             Buffer      metabuf = LockMetaPage(index);
 
+            GpuivfListChangeBegin(index, list, false);
             GpuivfLogAppendListPage(index, InvalidBuffer, newbuf, dirbuf, list, metabuf);
             UnlockReleaseBuffer(metabuf);
             UnlockReleaseBuffer(dirbuf);
+            GpuivfListChangeEnd(index, list, false);
             *start_blk = BufferGetBlockNumber(newbuf);
             return newbuf;
         }
@@ -189,10 +192,12 @@ GetListBuffer(Relation index, const GpuivfMetaPageData *meta, int list, Size siz
             Buffer      dirbuf = LockDirPage(index, meta, list);
             Buffer      metabuf = LockMetaPage(index);
 
+            GpuivfListChangeBegin(index, list, false);
             GpuivfLogAppendListPage(index, buf, newbuf, dirbuf, list, metabuf);
             UnlockReleaseBuffer(metabuf);
             UnlockReleaseBuffer(dirbuf);
             UnlockReleaseBuffer(buf);
+            GpuivfListChangeEnd(index, list, false);
             return newbuf;
         }
         UnlockReleaseBuffer(buf);
@@ -249,6 +254,9 @@ InsertRow(Relation index, const GpuivfMetaPageData *meta, const float4 *x, int d
     /* meta's flags are those for these dims (gpuivfinsert), whoever fixes them */
     plan.set_flags = meta->flags;
 
+    /* a GPU copy's catch-up walks the lists whose counters moved */
+    if (trained)
+        GpuivfListChangeBegin(index, list, false);
     GpuivfLogInsert(index, &plan);
 
     UnlockReleaseBuffer(plan.metabuf);
@@ -256,6 +264,8 @@ InsertRow(Relation index, const GpuivfMetaPageData *meta, const float4 *x, int d
         UnlockReleaseBuffer(plan.dirbuf);
     if (BufferIsValid(plan.listbuf))
         UnlockReleaseBuffer(plan.listbuf);
+    if (trained)
+        GpuivfListChangeEnd(index, list, false);
     if (BufferIsValid(plan.vecbuf))
     {
         BlockNumber vecblk = BufferGetBlockNumber(plan.vecbuf);

@@ -17,6 +17,7 @@
 #include "am/am.h"
 #include "calibration/calibration.h"
 #include "storage/storage.h"
+#include "worker/worker.h"
 
 #include "commands/vacuum.h"
 #include "miscadmin.h"
@@ -163,10 +164,12 @@ VacuumList(IndexVacuumInfo *info, const GpuivfMetaPageData *meta, int list,
             }
             LockBuffer(dirbuf, BUFFER_LOCK_EXCLUSIVE);
             LockBuffer(metabuf, BUFFER_LOCK_EXCLUSIVE);
+            GpuivfListChangeBegin(index, list, true);
             GpuivfLogDeleteListEntries(index, buf, deletable, ndeletable, dirbuf, meta, list,
                                        new_insert, metabuf);
             UnlockReleaseBuffer(metabuf);
             UnlockReleaseBuffer(dirbuf);
+            GpuivfListChangeEnd(index, list, true);
             removed += ndeletable;
         }
         if (blkno == dir.insert_page)

@@ -100,6 +100,7 @@ ShmemRequestHook(void)
     if (prev_shmem_request_hook)
         prev_shmem_request_hook();
     RequestAddinShmemSpace(ShmemBytes());
+    RequestAddinShmemSpace(GpuivfListChangesShmemBytes());
 }
 
 /* shmem_startup_hook: create (postmaster, and after a crash restart) or attach. */
@@ -147,6 +148,7 @@ ShmemStartupHook(void)
         for (int i = 0; i < GpuivfShmem->nslots; i++)
             SpinLockInit(&GpuivfShmem->slots[i].mutex);
     }
+    GpuivfListChangesShmemInit();
     LWLockRelease(AddinShmemInitLock);
 }
 

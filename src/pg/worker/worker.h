@@ -106,4 +106,23 @@ GpuivfExactKnnJob *GpuivfWorkerExactKnnBegin(Relation index, gpuivf::Metric metr
 bool        GpuivfWorkerExactKnnRun(GpuivfExactKnnJob *job, int64 n, float *scores, uint64 *ids);
 bool        GpuivfWorkerExactKnnDead(const GpuivfExactKnnJob *job);  /* a Run failed */
 void        GpuivfWorkerExactKnnEnd(GpuivfExactKnnJob *job);
+/*
+ * worker/list_changes.cpp: a backend that changes a list page (an insert, a
+ * new list page, VACUUM's deletions) calls Begin before its change and End
+ * once it is done, so that the worker's catch-up walks only the lists that
+ * changed (README.md, "Never stale").  No-ops without gpuivf's shared memory.
+ */
+/* removes: the change removes entries from the page (VACUUM) */
+void        GpuivfListChangeBegin(Relation index, int list, bool removes);
+void        GpuivfListChangeEnd(Relation index, int list, bool removes);
+/* the worker: the list's change count when no change of it is under way,
+ * else GPUIVF_LIST_UNSETTLED (read it before reading the list's pages);
+ * the same for the index's changes that removed entries */
+#define GPUIVF_LIST_UNSETTLED PG_UINT64_MAX
+uint64      GpuivfListChangeCount(const RelFileNode *node, int list);
+uint64      GpuivfListRemovalCount(const RelFileNode *node);
+/* worker/queue.cpp's shared-memory hooks */
+Size        GpuivfListChangesShmemBytes(void);
+void        GpuivfListChangesShmemInit(void);
+
 #endif                          /* GPUIVF_WORKER_H */

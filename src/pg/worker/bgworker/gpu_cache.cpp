@@ -24,12 +24,15 @@
  * after taking its snapshot.  A copy is labelled with the generation read
  * *before* it was (re)loaded, so it holds every entry that existed then: a
  * request is served only by a copy whose label is at least the request's,
- * otherwise the copy catches up first.  Catching up walks every list chain
- * and compares page LSNs (every WAL-logged change of a page moves its LSN);
- * only changed pages are read.  When nothing but inserts happened since the
- * last walk (the generation moved exactly as much as the row count plus the
- * new pages: every other record moves it more), a changed page whose old
- * entries are a prefix of its new ones only appends its new entries;
+ * otherwise the copy catches up first.  Catching up walks the list chains
+ * whose change counters moved since the last walk (list_changes.cpp; every
+ * chain during recovery, when replay moves no counter) and compares page
+ * LSNs (every WAL-logged change of a page moves its LSN); only changed pages
+ * are read.  When nothing but inserts happened since the last walk (no
+ * change that removes entries was counted; untrusted counters: the
+ * generation moved exactly as much as the row count plus the new pages,
+ * every other record moves it more), a changed page whose old entries are a
+ * prefix of its new ones only appends its new entries;
  * otherwise the page's old entries are removed from the GPU and all its
  * entries added again.  Indexes without reliable LSNs (unlogged, or new in
  * this transaction under wal_level = minimal) are reloaded whenever they
@@ -44,6 +47,7 @@
 #include "worker/bgworker/gpu_cache.h"
 #include "storage/storage.h"
 
+#include "access/xlog.h"
 #include "utils/memutils.h"
 
 static GpuIndex Cache[GPUIVF_MAX_CACHED];
@@ -158,6 +162,7 @@ DropCopy(GpuIndex *ix)
         MemoryContextDelete(ix->cxt);
     ix->cxt = NULL;
     ix->pages = NULL;
+    ix->list_changes = NULL;
     ix->entries = 0;
     ix->device_bytes = 0;
 }
@@ -279,6 +284,7 @@ CreateCopy(GpuIndex *ix, const GpuivfMetaPageData *meta)
     ctl.hcxt = ix->cxt;
     ix->pages = hash_create("gpuivf page mirror", 1024, &ctl,
                             HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+    ix->list_changes = NULL;
     ix->meta = *meta;
     ix->end_generation = 0;
     ix->end_vectors = 0;
@@ -305,9 +311,19 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
     instr_time  t0;
     double      t_walk = 0.0;   /* seconds until the walk ended */
     double      t_rest = 0.0;   /* and after it */
+    bool        in_recovery;
+    bool        by_arithmetic;
+    uint64      removals_start;
+    uint64     *counts;
+    const uint64 *seen;
 
-    /* the copy changes: no search in flight may still read it */
-    GpuivfDrainSearches();
+    /*
+     * Before the metapage: changes replayed from WAL move no list change
+     * counter, so a walk that begins during recovery walks every list, and
+     * the next walk trusts the counters only if this one began after it.
+     */
+    in_recovery = RecoveryInProgress();
+    removals_start = GpuivfListRemovalCount(&ix->node);
     INSTR_TIME_SET_CURRENT(t0);
 
     ReadMetaPage(ix, &meta1);
@@ -328,16 +344,36 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
 
     memset(&wk, 0, sizeof(wk));
     wk.code_size = meta1.code_size;
-    new_pages = WalkLists(ix, &meta1, req->lsn_reliable && !fresh, &wk);
+    counts = (uint64 *) palloc_extended(sizeof(uint64) * meta1.lists, MCXT_ALLOC_HUGE);
+    memset(counts, 0xFF, sizeof(uint64) * meta1.lists);     /* GPUIVF_LIST_UNSETTLED */
+    seen = !fresh && req->lsn_reliable && !in_recovery ? ix->list_changes : NULL;
+    new_pages = WalkLists(ix, &meta1, req->lsn_reliable && !fresh, seen, counts, &wk);
     ReadMetaPage(ix, &meta2);
     GpuivfAddSeconds(&t_walk, &t0);
 
-    /* only inserts since the last walk: the generation moved by rows + pages */
-    /* (a shard does not walk the other shards' lists, so it cannot count
-     * their new pages: it always takes the general path below) */
-    pure = !fresh && ix->nshards == 1 &&
+    /*
+     * The walk only read pages: searches in flight ran meanwhile.  From here
+     * the copy changes, so none may still read it.
+     */
+    GpuivfDrainSearches();
+
+    /*
+     * Only inserts since the last walk?  With trusted counters (seen): no
+     * change that removes entries began since the last walk began, nor was
+     * under way then (read after this walk's last page).  Else the
+     * generation moved by rows + pages (a page appended to a list after the
+     * walk passed it, or on a standby, fails this: the general path below;
+     * a shard does not walk the other shards' lists, so it cannot count their
+     * new pages and always takes it).
+     */
+    by_arithmetic = !fresh && ix->nshards == 1 &&
         (int64) (meta2.generation - ix->end_generation) ==
         (int64) (meta2.vectors - ix->end_vectors) + new_pages;
+    if (seen != NULL)
+        pure = ix->removals_seen != GPUIVF_LIST_UNSETTLED &&
+            GpuivfListRemovalCount(&ix->node) == ix->removals_seen;
+    else
+        pure = by_arithmetic;
 
     for (int i = 0; i < wk.npages; i++)
     {
@@ -377,6 +413,18 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
     for (int i = 0; i < wk.npages; i++)
         UpdateMirror(ix, &wk, &wk.pages[i], ids_out);
 
+    ix->removals_seen = in_recovery ? GPUIVF_LIST_UNSETTLED : removals_start;
+    if (in_recovery)
+        ix->list_changes = NULL;
+    else
+    {
+        if (ix->list_changes == NULL)
+            ix->list_changes = (uint64 *) MemoryContextAllocHuge(ix->cxt,
+                                                                 sizeof(uint64) * meta1.lists);
+        memcpy(ix->list_changes, counts, sizeof(uint64) * meta1.lists);
+    }
+    pfree(counts);
+
     UpdateDeviceBytes(ix);
     ix->meta = meta1;
     ix->generation = meta1.generation;
@@ -384,9 +432,12 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
     ix->end_vectors = meta2.vectors;
     GpuivfAddSeconds(&t_rest, &t0);
     elog(DEBUG1, "gpuivf GPU worker %s index %u: %lld entries of %d list pages in %.0f ms "
-         "(walking the lists %.0f ms, reading vectors %.0f ms, to the engine %.0f ms)",
+         "(walking the lists %.0f ms, reading vectors %.0f ms, to the engine %.0f ms); "
+         "walked %d of %d lists, %lld entries removed first (only inserts: %s; by the generation: %s)",
          fresh ? "loaded" : "caught up", ix->indexoid, (long long) wk.n, wk.npages,
-         1000 * (t_walk + t_rest), 1000 * t_walk, 1000 * wk.t_vectors, 1000 * wk.t_device);
+         1000 * (t_walk + t_rest), 1000 * t_walk, 1000 * wk.t_vectors, 1000 * wk.t_device,
+         wk.lists_walked, wk.lists_total, (long long) nremove,
+         fresh ? "-" : pure ? "yes" : "no", fresh ? "-" : by_arithmetic ? "yes" : "no");
     pg_atomic_fetch_add_u64(fresh ? &GpuivfShmem->workers[GpuivfMyWorker].loads
                             : &GpuivfShmem->workers[GpuivfMyWorker].refreshes, 1);
     return true;

@@ -42,6 +42,13 @@ typedef struct GpuIndex
     gpuivf_cuda_index *gindex;
     MemoryContext cxt;          /* mirror */
     HTAB       *pages;
+    uint64     *list_changes;   /* per list, its change count when the last
+                                 * walk read it (list_changes.cpp); NULL when
+                                 * those cannot be trusted (the walk began in
+                                 * recovery): the next walk walks every list */
+    uint64      removals_seen;  /* the index's removal count when the last
+                                 * walk began (list_changes.cpp), or
+                                 * GPUIVF_LIST_UNSETTLED */
     int64       entries;
     int64       device_bytes;
     uint64      last_used;
@@ -70,6 +77,8 @@ typedef struct Walk
     uint8      *codes;
     int64       n, cap;
     int         code_size;
+    int         lists_walked;   /* lists whose pages were read */
+    int         lists_total;    /* lists of the copy (its shard's) */
     /* where a load's time went, in seconds (the DEBUG1 line of SyncCopy) */
     double      t_vectors;      /* reading vector tuples for the entries */
     double      t_device;       /* handing entries to the engine */
@@ -97,7 +106,8 @@ bool        EvictOne(const GpuIndex *keep);
 
 
 /* gpu_sync.cpp: the steps of SyncCopy (gpu_cache.cpp) */
-int         WalkLists(GpuIndex *ix, const GpuivfMetaPageData *meta, bool use_lsn, Walk *wk);
+int         WalkLists(GpuIndex *ix, const GpuivfMetaPageData *meta, bool use_lsn,
+                      const uint64 *seen, uint64 *counts, Walk *wk);
 void        AddEntries(GpuIndex *ix, const GpuivfMetaPageData *meta, Walk *wk, uint64 *ids_out);
 void        UpdateMirror(GpuIndex *ix, const Walk *wk, const ChangedPage *p, const uint64 *ids_out);
 

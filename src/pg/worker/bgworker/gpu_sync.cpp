@@ -54,12 +54,17 @@ WalkReserve(Walk *wk, int64 more)
 }
 
 /*
- * Walk every list chain; pages whose LSN differs from the mirror (or all
+ * Walk the list chains; pages whose LSN differs from the mirror (or all
  * pages, when LSNs are not reliable or there is no mirror) have their live
- * entries copied into wk.  Returns the number of pages the mirror lacked.
+ * entries copied into wk.  Each list's change count (list_changes.cpp) is
+ * read before its pages and stored in counts[list]; with seen (the counts of
+ * the previous walk, trusted), a list whose count is settled and equal to
+ * seen's is skipped: none of its pages changed since that walk read them.
+ * Returns the number of pages the mirror lacked.
  */
 int
-WalkLists(GpuIndex *ix, const GpuivfMetaPageData *meta, bool use_lsn, Walk *wk)
+WalkLists(GpuIndex *ix, const GpuivfMetaPageData *meta, bool use_lsn, const uint64 *seen,
+          uint64 *counts, Walk *wk)
 {
     GpuivfListDirEntry *dir;
     int         new_pages = 0;
@@ -77,6 +82,11 @@ WalkLists(GpuIndex *ix, const GpuivfMetaPageData *meta, bool use_lsn, Walk *wk)
 
         if (GpuivfListShard(l, ix->nshards) != ix->shard)
             continue;           /* another shard's list */
+        counts[l] = GpuivfListChangeCount(&ix->node, (int) l);
+        wk->lists_total++;
+        if (seen != NULL && counts[l] != GPUIVF_LIST_UNSETTLED && counts[l] == seen[l])
+            continue;           /* unchanged since the last walk */
+        wk->lists_walked++;
 
         while (BlockNumberIsValid(blkno))
         {
