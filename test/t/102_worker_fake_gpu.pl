@@ -115,10 +115,12 @@ is($node->safe_psql('postgres', "SELECT gpuivf_index_info('items_v') -> 'gpu_cac
 
 # ------------------------------------- per-query k and candidates in a batch
 # One batched join whose rows ask for different LIMITs: candidates are
-# max(k, 200), so 200, 250 and 400 here.
+# GpuivfRerankCount(k) (200 up to 10 rows, 20 a row above), so 200, 300 and
+# 500 here, fewer than the 6 probed lists hold (the worker counts what it
+# asks the engine to re-rank, the CPU what the lists gave).
 $node->safe_psql('postgres', q{
 	CREATE TABLE qs (qid int, k int, q real[]);
-	INSERT INTO qs SELECT n, (ARRAY[3, 10, 250, 400, 10, 3])[n], v
+	INSERT INTO qs SELECT n, (ARRAY[3, 10, 15, 25, 10, 3])[n], v
 	FROM items JOIN generate_series(1, 6) n ON items.id = n * 611;
 	ANALYZE qs;
 });
@@ -137,7 +139,7 @@ my $join_gpu = $node->safe_psql('postgres', "SET gpuivf.device = gpu; $knn $join
 my @c1 = counters();
 is($c1[0] - $c0[0], 1, 'its 6 searches went to the worker in one request');
 is($c1[1] - $c0[1], 6, 'with 6 queries');
-is($c1[2] - $c0[2], 3, 'searched in one engine call per candidate count (200, 250, 400)');
+is($c1[2] - $c0[2], 3, 'searched in one engine call per candidate count (200, 300, 500)');
 is($join_gpu,
 	$node->safe_psql('postgres', "SET gpuivf.device = cpu; SET gpuivf.enable_batch_join = off; $knn $join"),
 	'each query keeps its own k and candidates: GPU batch = CPU nested loop');
@@ -147,8 +149,8 @@ my $reranked = sub {
 		"SET gpuivf.device = $device; $knn EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) $join");
 	return $plan =~ /Re-ranked: (\d+)/ ? $1 : "none in:\n$plan";
 };
-is($reranked->('gpu'), 1450, 'EXPLAIN shows the candidates re-ranked on the GPU (200+200+250+400+200+200)');
-is($reranked->('cpu'), 1450, 'the same count as on the CPU');
+is($reranked->('gpu'), 1600, 'EXPLAIN shows the candidates re-ranked on the GPU (200+200+300+500+200+200)');
+is($reranked->('cpu'), 1600, 'the same count as on the CPU');
 
 # ------------------------------------------ what the GPU does not take
 # exact searches (every list of an index with stored vectors), untrained and
