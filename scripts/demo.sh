@@ -31,7 +31,7 @@ done
 say "Debian packages"
 ensure_packages
 say "pgvector"
-ensure_pgvector
+ensure_vendored pgvector vector PGVECTOR_MISSING
 build_and_install "$REPO" || die "build failed"
 
 make_pg_dir DIR
