@@ -131,6 +131,26 @@ LockDirPage(Relation index, const GpuivfMetaPageData *meta, int list)
 }
 
 /*
+ * Append newbuf (new, locked) to list after tail (its locked full tail, or
+ * InvalidBuffer for an empty list), dirbuf the list's locked directory
+ * page: one record, the metapage locked last; releases all but newbuf.
+ */
+static Buffer
+AppendListPage(Relation index, int list, Buffer tail, Buffer newbuf, Buffer dirbuf)
+{
+    Buffer      metabuf = LockMetaPage(index);
+
+    GpuivfListChangeBegin(index, list, false);
+    GpuivfLogAppendListPage(index, tail, newbuf, dirbuf, list, metabuf);
+    UnlockReleaseBuffer(metabuf);
+    UnlockReleaseBuffer(dirbuf);
+    if (BufferIsValid(tail))
+        UnlockReleaseBuffer(tail);
+    GpuivfListChangeEnd(index, list, false);
+    return newbuf;
+}
+
+/*
  * A locked list page of list with room for one entry.  Walks the chain from
  * the directory's insert_page; at a full tail appends a new page (record of
  * its own).  *start_blk is where the walk began, so the insert record moves
@@ -156,15 +176,9 @@ GetListBuffer(Relation index, const GpuivfMetaPageData *meta, int list, Size siz
             /* the new page is invisible to others, so locking it after the
              * directory page cannot deadlock */
             Buffer      newbuf = GpuivfNewBuffer(index, MAIN_FORKNUM);
-            Buffer      metabuf = LockMetaPage(index);
 
-            GpuivfListChangeBegin(index, list, false);
-            GpuivfLogAppendListPage(index, InvalidBuffer, newbuf, dirbuf, list, metabuf);
-            UnlockReleaseBuffer(metabuf);
-            UnlockReleaseBuffer(dirbuf);
-            GpuivfListChangeEnd(index, list, false);
             *start_blk = BufferGetBlockNumber(newbuf);
-            return newbuf;
+            return AppendListPage(index, list, InvalidBuffer, newbuf, dirbuf);
         }
         blkno = cur->insert_page != InvalidBlockNumber ? cur->insert_page : cur->head;
         *start_blk = blkno;
@@ -190,15 +204,8 @@ GetListBuffer(Relation index, const GpuivfMetaPageData *meta, int list, Size siz
             /* full tail: we hold it, so nobody else can append meanwhile */
             Buffer      newbuf = GpuivfNewBuffer(index, MAIN_FORKNUM);
             Buffer      dirbuf = LockDirPage(index, meta, list);
-            Buffer      metabuf = LockMetaPage(index);
 
-            GpuivfListChangeBegin(index, list, false);
-            GpuivfLogAppendListPage(index, buf, newbuf, dirbuf, list, metabuf);
-            UnlockReleaseBuffer(metabuf);
-            UnlockReleaseBuffer(dirbuf);
-            UnlockReleaseBuffer(buf);
-            GpuivfListChangeEnd(index, list, false);
-            return newbuf;
+            return AppendListPage(index, list, buf, newbuf, dirbuf);
         }
         UnlockReleaseBuffer(buf);
         blkno = next;
