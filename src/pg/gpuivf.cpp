@@ -22,6 +22,13 @@ PG_MODULE_MAGIC;
 /* settings (gpuivf.h) */
 int         gpuivf_probes = 0;
 int         gpuivf_rerank_candidates = 200;
+int         gpuivf_device = GPUIVF_DEVICE_AUTO;
+/* planner integration settings */
+bool        gpuivf_enable_batch_join = true;
+int         gpuivf_max_probes = 0;
+/* ANALYZE calibration settings */
+double      gpuivf_target_recall = 0.95;
+int         gpuivf_analyze_sample = GPUIVF_DEFAULT_ANALYZE_SAMPLE;
 
 /*
  * The PQ candidates re-ranked exactly for a query of k rows: the setting is
@@ -39,16 +46,9 @@ GpuivfRerankCount(int k)
     int64       r = Max(gpuivf_rerank_candidates, 1);
 
     if (k > 10)
-        r = Max(r, (r * k + 9) / 10);
+        r = (r * k + 9) / 10;   /* ceil(r * k / 10): at least r */
     return (int) Min(Max(r, (int64) k), (int64) gpuivf::kMaxK);
 }
-int         gpuivf_device = GPUIVF_DEVICE_AUTO;
-/* planner integration settings */
-bool        gpuivf_enable_batch_join = true;
-int         gpuivf_max_probes = 0;
-/* ANALYZE calibration settings */
-double      gpuivf_target_recall = 0.95;
-int         gpuivf_analyze_sample = GPUIVF_DEFAULT_ANALYZE_SAMPLE;
 
 /* the reloption kind of gpuivf indexes, registered in _PG_init */
 static relopt_kind gpuivf_relopt_kind;

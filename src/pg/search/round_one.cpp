@@ -30,9 +30,8 @@ GpuivfMakeQuery(Relation index, const GpuivfMetaPageData *meta, int64 hint, doub
     query->vector = vector;
     query->k = k;
     query->nprobe = probes.nprobe;
-    /* a LIMIT: its count; none: the setting's, a chunk at a time */
-    query->rerank = !GpuivfMetaReranks(meta) ? 0 :
-        hint > 0 ? GpuivfRerankCount(k) : Min(Max(k, candidates), gpuivf::kMaxK);
+    /* a LIMIT: its count; none: k, the setting's, a chunk at a time */
+    query->rerank = !GpuivfMetaReranks(meta) ? 0 : hint > 0 ? GpuivfRerankCount(k) : k;
     return probes.source;
 }
 
