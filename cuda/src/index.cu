@@ -342,16 +342,28 @@ void index_add_encoded(Resources &res, Index &ix, int64_t n, const int32_t *list
         add[l]++;
     }
     bool grow = false;
-    std::vector<int64_t> cap = ix.capacity;
-    for (int l = 0; l < ix.nlist; l++) {
-        const int64_t need = ix.size[l] + add[l];
-        if (need > cap[l]) {
-            grow = true;
-            /* A first fill gets what it needs; a list that grows again, 25% more. */
-            cap[l] = round_up(ix.size[l] == 0 ? need : need + need / 4, 32);
+    for (int l = 0; l < ix.nlist && !grow; l++) grow = ix.size[l] + add[l] > ix.capacity[l];
+    if (grow) {
+        /*
+         * Laying the index out again copies every list's codes, ids and
+         * vectors, so each list gets headroom then: one that must grow 25%
+         * over what it needs (1/8 on its first fill), and every other list
+         * left with less than 1/16 of its size free, 1/8.  Inserts spread over
+         * all lists (a loaded index is full to the next 32 in each) then lay
+         * the index out again once per ~1/8 of growth, not once per list that
+         * fills.  No list exceeds 1.25 x its entries (+ 32): what
+         * GpuivfEstimateGpuBytes counts.
+         */
+        std::vector<int64_t> cap = ix.capacity;
+        for (int l = 0; l < ix.nlist; l++) {
+            const int64_t need = ix.size[l] + add[l];
+            if (need > cap[l])
+                cap[l] = round_up(ix.size[l] == 0 ? need + need / 8 : need + need / 4, 32);
+            else if (cap[l] - need < need / 16)
+                cap[l] = round_up(need + need / 8, 32);
         }
+        relayout(res, ix, cap, nullptr);
     }
-    if (grow) relayout(res, ix, cap, nullptr);
 
     std::vector<uint32_t> dest(n);
     std::vector<int64_t> next(ix.nlist);

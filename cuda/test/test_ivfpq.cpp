@@ -685,6 +685,48 @@ TEST(IvfPq, AppendAndRemove) {
     compare_search(cpu, g.ix, q, {20, 10, 0, GPUIVF_CUDA_LUT_PER_LIST}, true, nullptr, nullptr, &removed);
 }
 
+// A loaded index has headroom in every list, so appends spread over the
+// lists (inserts catching a copy up) do not lay the index out again: its
+// device memory stays the same until a list outgrows its 1/8.
+TEST(IvfPq, AppendsFitHeadroom) {
+    REQUIRE_GPU();
+    const int d = 32;
+    gt::CpuIvfPq cpu;
+    cpu.train(Metric::L2, gt::clustered_vectors(8000, d, 50, 43), d, 20, 8, 8);
+    gpuivf_cuda_model model = cpu.gpu_model();
+    GpuIndex g;
+    EXPECT_GPU_OK(gpuivf_cuda_index_create(gt::gpu(), &model, 1, &g.ix));
+    EXPECT_GPU_OK(gpuivf_cuda_index_add_encoded(gt::gpu(), g.ix, cpu.size(), cpu.lists.data(), cpu.codes.data(),
+                                                cpu.ids.data(), cpu.raw.data()));
+    gpuivf_cuda_index_stats loaded;
+    EXPECT_GPU_OK(gpuivf_cuda_index_get_stats(g.ix, &loaded));
+    // one entry at a time, copies of every 16th row under new ids: each
+    // list gets about 1/16 of its size
+    const int64_t n = cpu.size() / 16;
+    for (int64_t j = 0; j < n; j++) {
+        const int64_t i = j * 16;
+        const uint64_t id = 1000000 + static_cast<uint64_t>(i);
+        EXPECT_GPU_OK(gpuivf_cuda_index_add_encoded(gt::gpu(), g.ix, 1, &cpu.lists[i], &cpu.codes[i * cpu.code_size],
+                                                    &id, &cpu.raw[i * d]));
+    }
+    gpuivf_cuda_index_stats after;
+    EXPECT_GPU_OK(gpuivf_cuda_index_get_stats(g.ix, &after));
+    EXPECT_EQ(after.vectors, cpu.size() + n);
+    EXPECT_EQ(after.device_bytes, loaded.device_bytes) << "the appends fit the lists' headroom";
+    // a list that outgrows it grows, and everything is still found
+    std::vector<int32_t> lists(cpu.size(), cpu.lists[0]);
+    std::vector<uint64_t> ids(cpu.size());
+    for (int64_t i = 0; i < cpu.size(); i++) ids[i] = 2000000 + static_cast<uint64_t>(i);
+    EXPECT_GPU_OK(gpuivf_cuda_index_add_encoded(gt::gpu(), g.ix, cpu.size(), lists.data(), cpu.codes.data(),
+                                                ids.data(), cpu.raw.data()));
+    EXPECT_GPU_OK(gpuivf_cuda_index_get_stats(g.ix, &after));
+    EXPECT_EQ(after.vectors, 2 * cpu.size() + n);
+    EXPECT_GT(after.device_bytes, loaded.device_bytes);
+    int64_t count = 0;
+    EXPECT_GPU_OK(gpuivf_cuda_index_get_list(gt::gpu(), g.ix, cpu.lists[0], 0, &count, nullptr, nullptr));
+    EXPECT_GE(count, cpu.size());
+}
+
 TEST(IvfPq, GpuEncodingAppend) {
     REQUIRE_GPU();
     const int d = 32;
