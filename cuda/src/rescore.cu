@@ -50,6 +50,23 @@ __device__ __forceinline__ Key value_order(double v) {
     return (u >> 63) ? ~u : (u | (Key(1) << 63));
 }
 
+/* Lane l's partial sums for a metric's distance between q and x (float or
+ * __half values): L2 |q-x|^2 in p0; inner product and cosine q.x in p0,
+ * cosine also q.q in p1 and x.x in p2 (core_cosine_distance's inputs). */
+template <typename X>
+__device__ __forceinline__ void metric_partials(Metric metric, const float *q, const X *x, int d, int l,
+                                                float &p0, float &p1, float &p2) {
+    if (metric == Metric::L2) {
+        p0 = core_l2_partial(q, x, d, l);
+        return;
+    }
+    p0 = core_dot_partial(q, x, d, l);
+    if (metric == Metric::Cosine) {
+        p1 = core_dot_partial(q, q, d, l);
+        p2 = core_dot_partial(x, x, d, l);
+    }
+}
+
 __global__ void __launch_bounds__(kMaxThreads) rescore_kernel(const RescoreArgs a) {
     /* phases (measurement builds only, common.cuh): to the survivors, to the
      * candidates, to the distances, to the ranks, to the end */
@@ -155,15 +172,7 @@ __global__ void __launch_bounds__(kMaxThreads) rescore_kernel(const RescoreArgs 
                  * an empty slot reads row 0 (its result is not used) */
                 const __half *xh = reinterpret_cast<const __half *>(a.vectors_half) +
                                    static_cast<int64_t>(valid ? idx : 0) * a.d;
-                if (a.metric == Metric::L2) {
-                    p0 = core_l2_partial(q, xh, a.d, l);
-                } else {
-                    p0 = core_dot_partial(q, xh, a.d, l);
-                    if (a.metric == Metric::Cosine) {
-                        p1 = core_dot_partial(q, q, a.d, l);
-                        p2 = core_dot_partial(xh, xh, a.d, l);
-                    }
-                }
+                metric_partials(a.metric, q, xh, a.d, l, p0, p1, p2);
             } else if (a.mode == RescoreMode::KnnExact && !a.vector_scale) {
                 p0 = a.metric == Metric::InnerProduct ? core_dot_partial(q, x, a.d, l) : core_l2_partial(q, x, a.d, l);
             } else if (a.mode == RescoreMode::KnnExact) {
@@ -177,14 +186,8 @@ __global__ void __launch_bounds__(kMaxThreads) rescore_kernel(const RescoreArgs 
                         p0 = __fadd_rn(p0, __fmul_rn(diff, diff));
                     }
                 }
-            } else if (a.metric == Metric::L2) {
-                p0 = core_l2_partial(q, x, a.d, l);
             } else {
-                p0 = core_dot_partial(q, x, a.d, l);
-                if (a.metric == Metric::Cosine) {
-                    p1 = core_dot_partial(q, q, a.d, l);
-                    p2 = core_dot_partial(x, x, a.d, l);
-                }
+                metric_partials(a.metric, q, x, a.d, l, p0, p1, p2);
             }
             p0 = core_lane_sum(p0);
             p1 = core_lane_sum(p1);
