@@ -11,9 +11,14 @@
 #   and KIT/build.sh with KIT/pgvector-*.tar.gz (copies of ../shared/vendor's):
 #   pgvector is then built here against the kit's PostgreSQL (its users'
 #   build: -march=native, no JIT bitcode) and measured next to gpuivf.
-# DATA=numpy generates the data with numpy and the ground truth with torch on
-# the GPU (test/gpu/gpuivf_device.py fvecs): seconds at 1M x 768, where
-# gpuivf_gen and gpuivf_gt take minutes.
+# DATA=recipe generates the rows with gpuivf_gen (the recipe that behaves
+# like real embeddings, the data test/bench/run generates itself) in
+# GEN_PARTS (16) processes at once, and the ground truth with torch on the
+# GPU (test/gpu/gpuivf_device.py gt): about a minute at 1M x 768, where one
+# gpuivf_gen and gpuivf_gt take several.  DATA=numpy: isotropic Gaussian
+# clusters from numpy instead (test/gpu/gpuivf_device.py fvecs) — in high
+# dimensions their neighbours are nearly equidistant, which no real
+# embedding is: PQ-ordered recall there says little about real data.
 #
 # On the device, from the repository root (as root; PostgreSQL runs as the
 # kit's user pgrun):
@@ -94,6 +99,21 @@ if [ "${DATA:-}" = numpy ]; then
 	rm -rf "$DATASET" && mkdir -p "$DATASET"
 	say "data: numpy, $ROWS x $DIMS and $QUERIES queries, ground truth on the GPU (torch) when it can"
 	"${PY:-python3}" test/gpu/gpuivf_device.py fvecs "$DATASET" "$ROWS" "$DIMS" "$QUERIES" || exit 1
+	chmod -R a+rX "$DATASET"
+	DATA_ARGS=(--dataset "$DATASET")
+elif [ "${DATA:-}" = recipe ]; then
+	DATASET=/tmp/gpuivf-bench-data
+	rm -rf "$DATASET" && mkdir -p "$DATASET"
+	P=${GEN_PARTS:-16}
+	say "data: gpuivf_gen in $P parts, $ROWS x $DIMS and $QUERIES queries, ground truth on the GPU (torch) when it can"
+	for k in $(seq 0 $((P - 1))); do
+		# part 0 also writes the queries; the parts together are the rows
+		"$TOOLS/gpuivf_gen" --rows "$ROWS" --dims "$DIMS" --queries "$QUERIES" --part "$k/$P" \
+			--base "$DATASET/part$k.fvecs" $([ "$k" = 0 ] && echo --query "$DATASET/gen_query.fvecs") >/dev/null &
+	done
+	wait
+	for k in $(seq 0 $((P - 1))); do cat "$DATASET/part$k.fvecs" && rm -f "$DATASET/part$k.fvecs"; done > "$DATASET/gen_base.fvecs"
+	"${PY:-python3}" test/gpu/gpuivf_device.py gt "$DATASET" || exit 1
 	chmod -R a+rX "$DATASET"
 	DATA_ARGS=(--dataset "$DATASET")
 fi

@@ -49,13 +49,13 @@ case "$STEP" in
 	export DIMS=128 DEVICE=${DEVICE:-gpu,cpu}
 	extra=(--maintenance-work-mem 8GB --label 1Mx128) ;;
 768-gpuivf)
-	export DIMS=768 DEVICE=${DEVICE:-gpu,cpu} DATA=numpy
+	export DIMS=768 DEVICE=${DEVICE:-gpu,cpu} DATA=${DATA:-recipe}
 	extra=(--only gpuivf --maintenance-work-mem 8GB --label 1Mx768) ;;
 768-hnsw)
-	export DIMS=768 DEVICE=${DEVICE:-gpu} DATA=numpy
+	export DIMS=768 DEVICE=${DEVICE:-gpu} DATA=${DATA:-recipe}
 	extra=(--only hnsw --maintenance-work-mem 24GB --label 1Mx768) ;;
 768-ivfflat)
-	export DIMS=768 DEVICE=${DEVICE:-gpu} DATA=numpy
+	export DIMS=768 DEVICE=${DEVICE:-gpu} DATA=${DATA:-recipe}
 	extra=(--only ivfflat --maintenance-work-mem 8GB --label 1Mx768) ;;
 *)
 	echo "unknown STEP $STEP (128, 768-gpuivf, 768-hnsw, 768-ivfflat, merge)" >&2

@@ -10,6 +10,9 @@
                               --dataset: OUTDIR/gen_base.fvecs, gen_query.fvecs and
                               gen_groundtruth.ivecs (exact L2 top-100, float64 on the
                               GPU with torch when there is one, else numpy)
+  gt OUTDIR                   OUTDIR/gen_groundtruth.ivecs (exact L2 top-100, as for
+                              fvecs) of OUTDIR/gen_base.fvecs and gen_query.fvecs
+                              written by another generator
   compare A B                 two files of "qid|{ids}|{distances}" lines: how many
                               queries have identical ids (in order), identical id
                               sets, and the max distance difference
@@ -136,6 +139,12 @@ def fvecs(outdir, n, d, nq):
     write_vecs(outdir + '/gen_groundtruth.ivecs', exact_top(base, qs, 100), np.int32)
 
 
+def gt(outdir):
+    base = read_vecs(outdir + '/gen_base.fvecs', np.float32)
+    qs = read_vecs(outdir + '/gen_query.fvecs', np.float32)
+    write_vecs(outdir + '/gen_groundtruth.ivecs', exact_top(base, qs, 100), np.int32)
+
+
 def read_results(path):
     out = {}
     for line in open(path):
@@ -211,6 +220,8 @@ if __name__ == '__main__':
     if cmd == 'gen':
         gen(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
             int(sys.argv[6]) if len(sys.argv) > 6 else 0)
+    elif cmd == 'gt':
+        gt(sys.argv[2])
     elif cmd == 'fvecs':
         fvecs(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
     elif cmd == 'compare':
