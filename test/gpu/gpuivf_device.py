@@ -20,6 +20,15 @@
   latency LOGPREFIX           p50 / p99 / mean latency (ms) from pgbench -l logs
   truth GT.ivecs DIST.fvecs N ground truth (gpuivf_gt output) of the first N
                               queries in the same "qid|{ids}|{distances}" format
+  lists INDEXFILE QUERIES.bin PROBES [SCALE]
+                              an L2 gpuivf index's list sizes and the scan work of
+                              the queries (binary COPY, times SCALE) at PROBES:
+                              per query the codes of its probed lists (the work
+                              of a batch) and its largest probed list (the
+                              longest scan block of a lone query, one list a
+                              block); read from the index's pages (metapage,
+                              centroids, directory; src/pg/README.md), after a
+                              CHECKPOINT
 """
 import glob
 import struct
@@ -201,6 +210,50 @@ def latency(prefix):
     print('p50=%.3f p99=%.3f mean=%.3f n=%d' % (np.percentile(a, 50), np.percentile(a, 99), a.mean(), len(a)))
 
 
+def read_copy_vectors(path):
+    """The vectors of a binary COPY file as copy_binary writes it."""
+    raw = open(path, 'rb').read()
+    d = struct.unpack_from('>i', raw, 19 + 2 + 4 + 8 + 4 + 12)[0]
+    row = 2 + 4 + 8 + 4 + 20 + 8 * d
+    n = (len(raw) - 19 - 2) // row
+    rows = np.frombuffer(raw, dtype=np.uint8, count=n * row, offset=19).reshape(n, row)
+    vals = rows[:, 2 + 4 + 8 + 4 + 20:].copy().view('>i4').reshape(n, d, 2)[:, :, 1]
+    return vals.astype('>i4').view('>f4').astype(np.float32)
+
+
+def index_lists(path):
+    """Centroids (lists x dims) and live entries per list of a gpuivf index
+    file (segments path, path.1, ...: 1 GB each)."""
+    bs, seg = 8192, 131072
+
+    def page(b):
+        name = path if b < seg else '%s.%d' % (path, b // seg)
+        with open(name, 'rb') as f:
+            f.seek((b % seg) * bs)
+            return f.read(bs)
+    meta = page(0)[24:]
+    dims, lists = struct.unpack_from('<I', meta, 8)[0], struct.unpack_from('<I', meta, 16)[0]
+    cstart, cpages, _, _, dstart, dpages = struct.unpack_from('<6I', meta, 56)
+    cent = np.frombuffer(b''.join(page(cstart + i)[24:24 + 8160] for i in range(cpages)),
+                         dtype='<f4')[:lists * dims].reshape(lists, dims)
+    dirs = [page(dstart + i) for i in range(dpages)]
+    counts = np.array([struct.unpack_from('<I', dirs[i // 510], 24 + (i % 510) * 16 + 12)[0]
+                       for i in range(lists)], dtype=np.int64)
+    return cent, counts
+
+
+def lists(index_file, queries_bin, probes, scale=1.0):
+    cent, n = index_lists(index_file)
+    qs = read_copy_vectors(queries_bin) * np.float32(scale)
+    d = (qs ** 2).sum(1)[:, None] - 2 * qs @ cent.T + (cent ** 2).sum(1)[None, :]
+    probed = n[np.argsort(d, axis=1)[:, :probes]]
+    largest = probed.max(1)
+    print('lists=%d max=%d p50=%d p99=%d codes_per_query=%.0f largest_probed_list=%.0f '
+          'queries_probing_the_largest_list=%.1f%%'
+          % (len(n), n.max(), np.median(n), np.percentile(n, 99), probed.sum(1).mean(), largest.mean(),
+             100.0 * (largest == n.max()).mean()))
+
+
 def read_vecs(path, dtype):
     raw = np.fromfile(path, dtype=np.int32)
     dim = raw[0]
@@ -230,5 +283,7 @@ if __name__ == '__main__':
         recall(sys.argv[2], sys.argv[3])
     elif cmd == 'latency':
         latency(sys.argv[2])
+    elif cmd == 'lists':
+        lists(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]) if len(sys.argv) > 5 else 1.0)
     elif cmd == 'truth':
         truth(sys.argv[2], sys.argv[3], int(sys.argv[4]))
