@@ -5,7 +5,8 @@
 #
 # Builds nothing of gpuivf: it installs a gpuivf.so and gpuivf_gpu.so built on
 # the development machine, carried with PostgreSQL in a pgkit folder (see
-# ../shared/device/README.md), the same folder test/gpu/worker_end_to_end.sh uses:
+# ../shared/device/README.md; install_postgres of test/gpu/cluster_lib.sh),
+# the same folder test/gpu/worker_end_to_end.sh uses:
 #   KIT/pgkit.sh, KIT/pgkit.tar.xz, KIT/gpuivf.so, KIT/gpuivf_gpu.so, and
 #   optionally KIT/gpuivf_gen, KIT/gpuivf_gt (else compiled here with g++),
 #   and KIT/build.sh with KIT/pgvector-*.tar.gz (copies of ../shared/vendor's):
@@ -44,43 +45,16 @@ QUERIES=${QUERIES:-1000}
 CLIENTS=${CLIENTS:-1,16,64}
 DEVICE=${DEVICE:-gpu}
 SECONDS_PER_POINT=${SECONDS_PER_POINT:-4}
-started=$(date +%s)
-say() { echo "== [$(( $(date +%s) - started ))s] $*"; }
+# shellcheck source=test/gpu/cluster_lib.sh
+source "$(dirname "$0")/../gpu/cluster_lib.sh"
 mkdir -p "$OUT"
 
 perl -MFile::Temp -MTime::HiRes -MGetopt::Long -MPOSIX -e 1 \
 	|| { echo "error: test/bench/run needs perl with File::Temp, Time::HiRes, Getopt::Long, POSIX" >&2; exit 1; }
 
 # ------------------------------------------------- PostgreSQL and gpuivf
-if [ -n "${GPUIVF_LOCAL:-}" ]; then
-	# a dry run of this script on the development machine: the installed
-	# PostgreSQL and gpuivf, run by the user postgres; nothing is installed
-	PG_USER_OS=postgres
-	export PATH=$(dirname "${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}"):$PATH
-else
-	if [ ! -f "$KIT/pgkit.sh" ] || [ ! -f "$KIT/pgkit.tar.xz" ] || [ ! -f "$KIT/gpuivf.so" ]; then
-		echo "error: $KIT must hold pgkit.sh, pgkit.tar.xz and gpuivf.so (see the header of $0)" >&2
-		exit 1
-	fi
-	# shellcheck disable=SC1090,SC1091
-	source "$KIT/pgkit.sh" unpack "$KIT/pgkit.tar.xz" || exit 1
-	PG_USER_OS=pgrun
-	LIBDIR=$(pg_config --pkglibdir)
-	SHAREDIR=$(pg_config --sharedir)
-	cp "$KIT/gpuivf.so" "$LIBDIR/" || exit 1
-	if [ -f "$KIT/gpuivf_gpu.so" ]; then
-		cp "$KIT/gpuivf_gpu.so" "$LIBDIR/" || exit 1
-	else
-		echo "WARNING: $KIT/gpuivf_gpu.so is missing: the GPU worker will have no engine" >&2
-	fi
-	cp gpuivf.control gpuivf_vector.control sql/gpuivf--0.1.0.sql sql/gpuivf_vector--0.1.0.sql \
-		"$SHAREDIR/extension/" || exit 1
-	if [ -f "$KIT/build.sh" ] && ls "$KIT"/pgvector-*.tar.gz >/dev/null 2>&1; then
-		say "building pgvector from $(ls "$KIT"/pgvector-*.tar.gz) against $(pg_config --version)"
-		PG_CONFIG=$(command -v pg_config) bash "$KIT/build.sh" pgvector || exit 1
-	fi
-fi
-nvidia-smi -L 2>&1 | head -4
+# (test/bench/run starts its own server: only the installation is shared)
+install_postgres "$KIT" pgvector
 
 # ------------------------------------------------------ data tools
 TOOLS=/tmp/gpuivf-bench-tools
@@ -122,7 +96,7 @@ fi
 # test/bench/run runs as root here and starts PostgreSQL as pgrun (runuser,
 # with the kit's PATH and LD_LIBRARY_PATH); its temporary directory is
 # under /tmp, which pgrun can enter.
-export GPUIVF_PG_USER=$PG_USER_OS TMPDIR=/tmp
+export GPUIVF_PG_USER=$PGUSER_OS TMPDIR=/tmp
 # the plots: python3 (the device's has matplotlib), else /usr/bin/python3;
 # GPUIVF_PYTHON picks another
 # --time-limit: stop measuring (visibly, in summary.md) early enough that

@@ -4,7 +4,8 @@
 # steps after TIME_LIMIT = 530 s and says which it skipped).
 #
 #   bash test/bench/scale_on_gpu.sh KIT        KIT: pgkit.sh, pgkit.tar.xz, gpuivf.so,
-#                                       gpuivf_gpu.so (as for test/gpu/run_device.sh)
+#                                       gpuivf_gpu.so (as for test/gpu/worker_end_to_end.sh;
+#                                       PostgreSQL's set-up: test/gpu/cluster_lib.sh)
 #                                       and, for pgvector, vector.so, vector.control,
 #                                       vector--*.sql, built here from the vendored
 #                                       source against Debian's PostgreSQL 15:
@@ -68,70 +69,27 @@ TIME_LIMIT=${TIME_LIMIT:-530}
 PORT=${PORT:-5433}
 W=${W:-/tmp/gpuivf-scale}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-started=$(date +%s)
+MAINTENANCE_WORK_MEM=$MWM
 mkdir -p "$OUT"
 : > "$OUT/progress.txt"
+# shellcheck source=test/gpu/cluster_lib.sh
+source "$REPO/test/gpu/cluster_lib.sh"
+trap stop_servers EXIT
 say() { echo "== [$(( $(date +%s) - started ))s] $*" | tee -a "$OUT/progress.txt"; }
 left() { echo $(( TIME_LIMIT - ($(date +%s) - started) )); }
 now() { date +%s.%N; }
 secs() { awk "BEGIN { printf \"%.1f\", $2 - $1 }"; }
 
 # ------------------------------------------------------------ PostgreSQL
-if [ -n "${GPUIVF_LOCAL:-}" ]; then
-	PGBIN=$(${PG_CONFIG:-pg_config} --bindir)
-	PGUSER_OS=postgres
-	as_pg() { su postgres -c "export PATH=$PGBIN:\$PATH PGHOST=$W PGPORT=$PORT PGUSER=postgres; cd $W; $*"; }
-else
-	# shellcheck disable=SC1090
-	source "$KIT/pgkit.sh" unpack "$KIT/pgkit.tar.xz" || exit 1
-	PGUSER_OS=pgrun
-	as_pg() { pgkit_as "export PGHOST=$W PGPORT=$PORT; $*"; }
-	cp "$KIT/gpuivf.so" "$KIT/gpuivf_gpu.so" "$(pg_config --pkglibdir)/"
-	cp gpuivf.control sql/gpuivf--0.1.0.sql "$(pg_config --sharedir)/extension/"
-	if [ -f "$KIT/vector.so" ]; then
-		cp "$KIT/vector.so" "$(pg_config --pkglibdir)/"
-		cp "$KIT"/vector.control "$KIT"/vector--*.sql "$(pg_config --sharedir)/extension/"
-	fi
-	nvidia-smi -L 2>&1 | head -2 | tee -a "$OUT/progress.txt"
-fi
-rm -rf "$W" && mkdir -p "$W"
-# one file per statement: steps run statements at the same time (a build and its progress monitor)
-sql() {
-	local f
-	f=$(mktemp "$W/q.XXXXXX.sql")
-	printf '%s\n' "$1" > "$f"
-	chown "$PGUSER_OS" "$f"
-	as_pg "psql -X -q -At -v ON_ERROR_STOP=1 -f $f"
-	local rc=$?
-	rm -f "$f"
-	return $rc
-}
+setup_postgres "$KIT" vector.so
+[ -n "$GPUS" ] && printf '%s\n' "$GPUS" >> "$OUT/progress.txt"
 g++ -O3 -march=native -std=c++17 -I"$REPO/test/tools" "$REPO/test/tools/gpuivf_gen.cpp" -o "$W/gpuivf_gen" || exit 1
 chown -R "$PGUSER_OS" "$W"
-mkdir -p "$W/data" && chown "$PGUSER_OS" "$W/data"
-as_pg "initdb -A trust -U postgres -D $W/data >/dev/null" || exit 1
-cat >> "$W/data/postgresql.conf" <<EOF
-port = $PORT
-unix_socket_directories = '$W'
-listen_addresses = ''
-shared_preload_libraries = 'gpuivf'
-max_connections = 200
-shared_buffers = $SHARED_BUFFERS
-maintenance_work_mem = $MWM
-max_worker_processes = 40
-max_parallel_workers = 32
-max_parallel_maintenance_workers = $WORKERS
-max_parallel_workers_per_gather = 0
-dynamic_shared_memory_type = mmap
-jit = off
-fsync = off
-synchronous_commit = off
-max_wal_size = $([ "$DIMS" -gt 400 ] && echo 8GB || echo 16GB)
-checkpoint_timeout = 30min
-log_line_prefix = '%m [%p] %b '
-EOF
-[ -n "${ENGINE:-}" ] && echo "gpuivf.engine_library = '$ENGINE'" >> "$W/data/postgresql.conf"
-as_pg "pg_ctl -D $W/data -l $W/server.log -w start >/dev/null" || { cat "$W/server.log"; exit 1; }
+# 5M x 768: the WAL kept to 8 GB beside the tables on the machine's 64 GB disk
+wal=()
+[ "$DIMS" -gt 400 ] && wal=("max_wal_size = 8GB")
+start_server pg "$PORT" "listen_addresses = ''" "shared_preload_libraries = 'gpuivf'" "max_connections = 200" \
+	"max_worker_processes = 40" "max_parallel_workers = 32" "max_parallel_maintenance_workers = $WORKERS" "${wal[@]}"
 sleep 2
 sql "CREATE EXTENSION gpuivf;"
 for _ in $(seq 1 60); do
@@ -327,7 +285,7 @@ EOF
 	# the worker's catch-ups meanwhile: its DEBUG1 line per catch-up (SyncCopy)
 	sql "ALTER SYSTEM SET log_min_messages = debug1; SELECT pg_reload_conf();" >/dev/null
 	sleep 1
-	log_from=$(stat -c %s "$W/server.log")
+	log_from=$(stat -c %s "$W/pg/server.log")
 	ups0=$(sql "SELECT sum(refreshes) FROM gpuivf_stat")
 	bench ins "$INSERTERS" "$W/ins.sql" "" > "$W/ins.res" &
 	ins_pid=$!
@@ -336,7 +294,7 @@ EOF
 	read -r itps _ ip99 < "$W/ins.res"
 	ups=$(( $(sql "SELECT sum(refreshes) FROM gpuivf_stat") - ups0 ))
 	sql "ALTER SYSTEM RESET log_min_messages; SELECT pg_reload_conf();" >/dev/null
-	tail -c +$((log_from + 1)) "$W/server.log" | grep 'GPU worker caught up index' > "$W/catchup.log"
+	tail -c +$((log_from + 1)) "$W/pg/server.log" | grep 'GPU worker caught up index' > "$W/catchup.log"
 	CATCHUP=$(catchup_summary "$W/catchup.log")
 	fresh=0
 	for k in $(seq 1 20); do
@@ -409,5 +367,5 @@ fi
 } > "$OUT/summary.md"
 cat "$OUT/summary.md"
 python3 "$REPO/test/bench/plot.py" "$OUT" >/dev/null 2>&1 || true
-cp "$W/build.log" "$W/server.log" "$OUT/" 2>/dev/null
-as_pg "pg_ctl -D $W/data -m fast -w stop >/dev/null"
+cp "$W/build.log" "$W/pg/server.log" "$OUT/" 2>/dev/null
+stop_servers

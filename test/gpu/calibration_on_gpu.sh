@@ -25,7 +25,8 @@
 # development machine, carried with PostgreSQL in a pgkit folder (see
 # ../shared/device/README.md), the folder test/gpu/worker_end_to_end.sh uses:
 #   KIT/pgkit.sh, KIT/pgkit.tar.xz, KIT/gpuivf.so, KIT/gpuivf_gpu.so
-# (gpuivf_gen and gpuivf_gt are compiled here with g++).  On the device, from
+# (PostgreSQL's set-up: test/gpu/cluster_lib.sh; gpuivf_gen and gpuivf_gt are
+# compiled here with g++).  On the device, from
 # the repository root, as root:
 #   bash test/gpu/calibration_on_gpu.sh .device-worker
 # Locally, as a dry run against an installed build (PG_CONFIG) with the CPU
@@ -37,8 +38,8 @@
 # --query-spread 1.5 --query-shift 1.5'), TARGETS ("0.90 0.95 0.99"), CLIENTS
 # ("1 16 64"), BENCH_S (5 s a pgbench point), AB_S (8), AB_ROUNDS (3), DEVICE
 # (gpu), RERANK (gpuivf.rerank_candidates; default the setting's 200, which
-# can cap recall@100), PORT (5870), OUT (/tmp/gpuivf-calibration-out), W (work
-# directory).
+# can cap recall@100), SHARED_BUFFERS (8GB), MAINTENANCE_WORK_MEM (4GB), PORT
+# (5870), OUT (/tmp/gpuivf-calibration-out), W (work directory).
 # About 5-6 minutes at the defaults on one H100/H200 (16 cores).
 set -u
 KIT=${1:-.device-worker}
@@ -58,28 +59,14 @@ DEVICE=${DEVICE:-gpu}
 PORT=${PORT:-5870}
 W=${W:-/tmp/gpuivf-calibration-work}
 SEED=42
+SHARED_BUFFERS=${SHARED_BUFFERS:-8GB}
+MAINTENANCE_WORK_MEM=${MAINTENANCE_WORK_MEM:-4GB}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/run.log") 2>&1
-started=$(date +%s)
-say() { echo "== [$(( $(date +%s) - started ))s] $*"; }
-
-# ------------------------------------------------------------ PostgreSQL
-if [ -n "${GPUIVF_LOCAL:-}" ]; then
-	PGBIN=$(${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config} --bindir)
-	PGUSER_OS=postgres
-	as_pg() { su postgres -c "export PATH=$PGBIN:\$PATH PGHOST=$W PGPORT=$PORT PGUSER=postgres; cd $W; $*"; }
-else
-	# shellcheck disable=SC1090
-	source "$KIT/pgkit.sh" unpack "$KIT/pgkit.tar.xz" || exit 1
-	PGUSER_OS=pgrun
-	as_pg() { pgkit_as "export PGHOST=$W PGPORT=$PORT; $*"; }
-	cp "$KIT/gpuivf.so" "$KIT/gpuivf_gpu.so" "$(pg_config --pkglibdir)/" || exit 1
-	cp gpuivf.control sql/gpuivf--0.1.0.sql "$(pg_config --sharedir)/extension/" || exit 1
-	nvidia-smi -L 2>&1 | head -4
-fi
-rm -rf "$W" && mkdir -p "$W"
-sql() { printf '%s\n' "$1" > "$W/q.sql"; chown "$PGUSER_OS" "$W/q.sql"; as_pg "psql -X -q -At -v ON_ERROR_STOP=1 -f $W/q.sql"; }
-sqlf() { chown "$PGUSER_OS" "$1"; as_pg "psql -X -q -At -v ON_ERROR_STOP=1 -f $1"; }
+# shellcheck source=test/gpu/cluster_lib.sh
+source "$(dirname "$0")/cluster_lib.sh"
+trap stop_servers EXIT
+setup_postgres "$KIT"
 
 # ------------------------------------------------------------------ 1. data
 say "tools"
@@ -106,28 +93,8 @@ print('%.4f' % (hits / (k * len(rows))))
 EOF
 chown -R "$PGUSER_OS" "$W"
 
-mkdir -p "$W/data" && chown "$PGUSER_OS" "$W/data"
-as_pg "initdb -A trust -U postgres -D $W/data >/dev/null" || exit 1
-cat >> "$W/data/postgresql.conf" <<EOF
-port = $PORT
-unix_socket_directories = '$W'
-listen_addresses = ''
-shared_preload_libraries = 'gpuivf'
-max_connections = 200
-shared_buffers = 8GB
-maintenance_work_mem = 4GB
-dynamic_shared_memory_type = mmap
-jit = off
-fsync = off
-synchronous_commit = off
-max_wal_size = 16GB
-checkpoint_timeout = 30min
-max_parallel_workers_per_gather = 0
-log_line_prefix = '%m [%p] %b '
-EOF
-[ -n "${ENGINE:-}" ] && echo "gpuivf.engine_library = '$ENGINE'" >> "$W/data/postgresql.conf"
-[ -n "${RERANK:-}" ] && echo "gpuivf.rerank_candidates = $RERANK" >> "$W/data/postgresql.conf"
-as_pg "pg_ctl -D $W/data -l $W/server.log -w start >/dev/null" || { cat "$W/server.log"; exit 1; }
+start_server pg "$PORT" "listen_addresses = ''" "shared_preload_libraries = 'gpuivf'" "max_connections = 200" \
+	${RERANK:+"gpuivf.rerank_candidates = $RERANK"}
 sleep 2
 sql "CREATE EXTENSION gpuivf;"
 say "worker: $(sql "SELECT worker || ' ' || state || ' ' || coalesce(device_name, '') || ' ' || coalesce(message, '') FROM gpuivf_stat")"
@@ -224,8 +191,8 @@ done
 AB=$(printf '%s\n' "${AB_OFF[@]}" | awk '{ q += $1; m += $3 } END { printf "%.0f %.4f", q / NR, m / NR }')
 AB2=$(printf '%s\n' "${AB_ON[@]}" | awk '{ q += $1; m += $3 } END { printf "%.0f %.4f", q / NR, m / NR }')
 RECORDED_AB=$(info recorded_queries,seen)
-as_pg "pg_ctl -D $W/data -m fast stop >/dev/null"
-cp "$W/server.log" "$W/build.log" "$W/analyze.log" "$OUT/" 2>/dev/null
+stop_servers
+cp "$W/pg/server.log" "$W/build.log" "$W/analyze.log" "$OUT/" 2>/dev/null
 
 # ------------------------------------------------------------------ table
 {

@@ -1,6 +1,9 @@
 # shellcheck shell=bash
-# test/gpu/cluster_lib.sh — what the GPU-machine scripts with several
-# PostgreSQL servers share (replicas.sh, partitions.sh, citus.sh): sourced.
+# test/gpu/cluster_lib.sh — the PostgreSQL set-up that the GPU-machine
+# scripts share (worker_end_to_end.sh, calibration_on_gpu.sh,
+# large_vectors_device.sh, list_balance.sh, the several-server replicas.sh,
+# partitions.sh, citus.sh, and test/bench/scale_on_gpu.sh, bench_on_gpu.sh):
+# sourced.
 #
 # On the GPU machine (the default) gpuivf.so and gpuivf_gpu.so, built on the
 # development machine, travel with PostgreSQL in a kit folder (KIT: pgkit.sh,
@@ -11,16 +14,32 @@
 # stand-in of the GPU engine (make fake-gpu-engine) serves as "the GPU"
 # (GPUIVF_FAKE_DEVICES=n of them).
 #
-#   setup_postgres KIT     PATH, PGBIN, PGUSER_OS, as_pg
+#   install_postgres KIT [pgvector] [vector.so]
+#                          PostgreSQL and gpuivf (and gpuivf_vector): PATH,
+#                          PGBIN, PGUSER_OS, GPUS (the GPU list), as_pg; on
+#                          the GPU machine with "pgvector" pgvector is built
+#                          from the kit's build.sh and pgvector-*.tar.gz,
+#                          with "vector.so" a pgvector built elsewhere
+#                          (KIT/vector.so, vector.control, vector--*.sql) is
+#                          copied, each when the kit holds it
+#   setup_postgres KIT [pgvector] [vector.so]
+#                          install_postgres, then a fresh work folder $W
+#                          (with gpuivf_device.py) owned by PGUSER_OS
+#   as_pg CMD              CMD as the PostgreSQL user, with PGHOST=$W,
+#                          PGPORT=$PORT (the server of a script with one)
+#                          and PGUSER=postgres
 #   make_data DIR ROWS DIMS NQ
 #                          DIR/base.bin, DIR/queries.bin (binary COPY of
 #                          (id bigint, v real[])) and DIR/gt.txt, the exact
 #                          top-10 of every query ("qid|{ids}|{distances}")
 #   start_server NAME PORT [CONF...]
-#                          initdb + start a server in $W/NAME with the
-#                          common settings and the given lines
+#                          initdb + start a server in $W/NAME (data/,
+#                          server.log) with the common settings and the
+#                          given lines (a line given overrides a common
+#                          one: the last of a setting wins)
 #   sqlp PORT SQL          psql -At against the server on PORT
 #   sqlfp PORT FILE        the same with a file
+#   sql SQL, sqlf FILE     the same against the server on PORT
 #   pgbench_tps PORT CLIENTS SCRIPT LABEL [PGOPTIONS]
 #                          one BENCH_S-second pgbench run; prints
 #                          "tps p50 p99" (ms, from the transaction log)
@@ -33,23 +52,28 @@
 #   md_rows FILE           "a|b|c" lines as markdown table rows
 #   stop_servers           stops every server under $W
 #   say TEXT               a timestamped progress line
-# Variables: W (work folder, default /tmp/gpuivf-cluster), BENCH_S (6), PY.
+# Variables: W (work folder, default /tmp/gpuivf-cluster), PORT (5432),
+# BENCH_S (6), PY, SHARED_BUFFERS (4GB) and MAINTENANCE_WORK_MEM (2GB) of
+# start_server.
 
 W=${W:-/tmp/gpuivf-cluster}
+PORT=${PORT:-5432}
 BENCH_S=${BENCH_S:-6}
 PY=${PY:-python3}
 started=${started:-$(date +%s)}
 say() { echo "== [$(( $(date +%s) - started ))s] $*"; }
 
-setup_postgres() {
+install_postgres() {
 	# (not "kit": pgkit.sh, sourced below, sets a variable of that name)
-	local kit_dir=$1
+	local kit_dir=$1 want=" ${*:2} "
 	if [ -n "${GPUIVF_LOCAL:-}" ]; then
 		PGBIN=$("${PG_CONFIG:-pg_config}" --bindir)
+		export PATH=$PGBIN:$PATH
 		PGUSER_OS=postgres
-		as_pg() { runuser -u postgres -- env PATH="$PGBIN:$PATH" ${ENGINE:+GPUIVF_FAKE_DEVICES=${GPUIVF_FAKE_DEVICES:-1}} bash -c "cd /tmp; $*"; }
+		as_pg() { runuser -u postgres -- env PATH="$PGBIN:$PATH" PGHOST="$W" PGPORT="$PORT" PGUSER=postgres ${ENGINE:+GPUIVF_FAKE_DEVICES=${GPUIVF_FAKE_DEVICES:-1}} bash -c "cd /tmp; $*"; }
+		GPUS=
 	else
-		if [ ! -f "$kit_dir/pgkit.sh" ] || [ ! -f "$kit_dir/pgkit.tar.xz" ] || [ ! -f "$kit_dir/gpuivf.so" ]; then
+		if [ ! -f "$kit_dir/pgkit.sh" ] || [ ! -f "$kit_dir/pgkit.tar.xz" ] || [ ! -f "$kit_dir/gpuivf.so" ] || [ ! -f "$kit_dir/gpuivf_gpu.so" ]; then
 			echo "error: $kit_dir must hold pgkit.sh, pgkit.tar.xz, gpuivf.so and gpuivf_gpu.so" >&2
 			exit 1
 		fi
@@ -57,11 +81,25 @@ setup_postgres() {
 		source "$kit_dir/pgkit.sh" unpack "$kit_dir/pgkit.tar.xz" || exit 1
 		PGBIN=$(pg_config --bindir)
 		PGUSER_OS=pgrun
-		as_pg() { pgkit_as "$*"; }
+		as_pg() { pgkit_as "export PGHOST=$W PGPORT=$PORT; $*"; }
 		cp "$kit_dir/gpuivf.so" "$kit_dir/gpuivf_gpu.so" "$(pg_config --pkglibdir)/" || exit 1
-		cp gpuivf.control sql/gpuivf--0.1.0.sql "$(pg_config --sharedir)/extension/" || exit 1
-		nvidia-smi -L 2>&1 | head -8
+		cp gpuivf.control gpuivf_vector.control sql/gpuivf--0.1.0.sql sql/gpuivf_vector--0.1.0.sql \
+			"$(pg_config --sharedir)/extension/" || exit 1
+		if [[ "$want" == *" vector.so "* ]] && [ -f "$kit_dir/vector.so" ]; then
+			cp "$kit_dir/vector.so" "$(pg_config --pkglibdir)/" || exit 1
+			cp "$kit_dir"/vector.control "$kit_dir"/vector--*.sql "$(pg_config --sharedir)/extension/" || exit 1
+		fi
+		if [[ "$want" == *" pgvector "* ]] && [ -f "$kit_dir/build.sh" ] && ls "$kit_dir"/pgvector-*.tar.gz >/dev/null 2>&1; then
+			say "building pgvector from $(ls "$kit_dir"/pgvector-*.tar.gz) against $(pg_config --version)"
+			PG_CONFIG=$(command -v pg_config) bash "$kit_dir/build.sh" pgvector || exit 1
+		fi
+		GPUS=$(nvidia-smi -L 2>&1 | head -8)
+		echo "$GPUS"
 	fi
+}
+
+setup_postgres() {
+	install_postgres "$@"
 	rm -rf "$W" && mkdir -p "$W" && cp test/gpu/gpuivf_device.py "$W/" && chown -R "$PGUSER_OS" "$W"
 }
 
@@ -82,7 +120,7 @@ start_server() {
 		echo "listen_addresses = '127.0.0.1'"
 		echo "max_connections = 300"
 		echo "shared_buffers = ${SHARED_BUFFERS:-4GB}"
-		echo "maintenance_work_mem = 2GB"
+		echo "maintenance_work_mem = ${MAINTENANCE_WORK_MEM:-2GB}"
 		echo "dynamic_shared_memory_type = mmap"
 		echo "jit = off"
 		echo "fsync = off"
@@ -99,8 +137,20 @@ start_server() {
 	as_pg "pg_ctl -D $dir/data -l $dir/server.log -w start >/dev/null" || { cat "$dir/server.log"; exit 1; }
 }
 
-sqlp() { printf '%s\n' "$2" > "$W/q_$1.sql"; sqlfp "$1" "$W/q_$1.sql"; }
+# one file per statement: a script may run statements at the same time
+sqlp() {
+	local f rc
+	f=$(mktemp "$W/q_$1.XXXXXX.sql")
+	printf '%s\n' "$2" > "$f"
+	sqlfp "$1" "$f"
+	rc=$?
+	rm -f "$f"
+	return $rc
+}
 sqlfp() { chown "$PGUSER_OS" "$2"; as_pg "psql -X -q -At -v ON_ERROR_STOP=1 -h $W -p $1 -U postgres -f $2 postgres"; }
+
+sql() { sqlp "$PORT" "$1"; }
+sqlf() { sqlfp "$PORT" "$1"; }
 
 pgbench_tps() {
 	local port=$1 c=$2 script=$3 label=$4 opts=${5:-} j lat tps

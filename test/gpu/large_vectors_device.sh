@@ -19,7 +19,8 @@
 # test/gpu/worker_end_to_end.sh) holds pgkit.sh, pgkit.tar.xz, gpuivf.so and
 # gpuivf_gpu.so built on the development machine, plus ../shared/vendor's
 # build.sh and pgvector-0.8.6.tar.gz: pgvector is built here against the
-# kit's PostgreSQL.  Data: numpy (the device's python3), clustered rows.
+# kit's PostgreSQL (test/gpu/cluster_lib.sh, setup_postgres KIT pgvector).
+# Data: numpy (the device's python3), clustered rows.
 #
 # On the device, from the repository root:
 #   bash test/gpu/large_vectors_device.sh .device-worker
@@ -37,34 +38,14 @@ NQ=${NQ:-50}
 ROWS_WIDE=${ROWS_WIDE:-5000}
 PORT=${PORT:-5433}
 W=${W:-/tmp/gpuivf-large}
-PY=${PY:-python3}
+SHARED_BUFFERS=${SHARED_BUFFERS:-8GB}
+MAINTENANCE_WORK_MEM=${MAINTENANCE_WORK_MEM:-4GB}
 mkdir -p "$OUT"
-started=$(date +%s)
-say() { echo "== [$(( $(date +%s) - started ))s] $*"; }
+# shellcheck source=test/gpu/cluster_lib.sh
+source "$(dirname "$0")/cluster_lib.sh"
+trap stop_servers EXIT
 
-# ------------------------------------------------------------ PostgreSQL
-if [ -n "${GPUIVF_LOCAL:-}" ]; then
-	PGBIN=$(dirname "${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}")
-	as_pg() { su postgres -c "export PATH=$PGBIN:\$PATH PGHOST=$W PGPORT=$PORT PGUSER=postgres; cd $W; $*"; }
-	PGUSER_OS=postgres
-else
-	# shellcheck disable=SC1090
-	source "$KIT/pgkit.sh" unpack "$KIT/pgkit.tar.xz" || exit 1
-	as_pg() { pgkit_as "export PGHOST=$W PGPORT=$PORT; $*"; }
-	PGUSER_OS=pgrun
-	LIBDIR=$(pg_config --pkglibdir)
-	SHAREDIR=$(pg_config --sharedir)
-	cp "$KIT/gpuivf.so" "$KIT/gpuivf_gpu.so" "$LIBDIR/" || exit 1
-	cp gpuivf.control gpuivf_vector.control sql/gpuivf--0.1.0.sql sql/gpuivf_vector--0.1.0.sql \
-		"$SHAREDIR/extension/" || exit 1
-	say "building pgvector from $(ls "$KIT"/pgvector-*.tar.gz)"
-	PG_CONFIG=$(command -v pg_config) bash "$KIT/build.sh" pgvector || exit 1
-	nvidia-smi -L 2>&1 | head -2
-fi
-rm -rf "$W" && mkdir -p "$W" && cp test/gpu/gpuivf_device.py "$W/"
-sql() { printf '%s\n' "$1" > "$W/q.sql"; chown "$PGUSER_OS" "$W/q.sql"; as_pg "psql -X -q -At -v ON_ERROR_STOP=1 -f $W/q.sql"; }
-sqlf() { chown "$PGUSER_OS" "$1"; as_pg "psql -X -q -At -v ON_ERROR_STOP=1 -f $1"; }
-
+setup_postgres "$KIT" pgvector
 say "data: $ROWS x 3072 and $ROWS x 4000 (numpy)"
 mkdir -p "$W/d3072" "$W/d4000"
 $PY "$W/gpuivf_device.py" gen "$W/d3072" "$ROWS" 3072 "$NQ" || exit 1
@@ -74,25 +55,10 @@ if [ -n "${WIDE:-}" ]; then
 fi
 chown -R "$PGUSER_OS" "$W"
 
-mkdir -p "$W/data" && chown "$PGUSER_OS" "$W/data"
-as_pg "initdb -A trust -U postgres -D $W/data >/dev/null" || exit 1
-cat >> "$W/data/postgresql.conf" <<EOF
-port = $PORT
-unix_socket_directories = '$W'
-listen_addresses = ''
-shared_preload_libraries = 'gpuivf'
-shared_buffers = 8GB
-maintenance_work_mem = 4GB
-dynamic_shared_memory_type = mmap
-max_wal_size = 16GB
-jit = off
-fsync = off
-synchronous_commit = off
-max_parallel_workers_per_gather = 0
-log_min_messages = warning
-EOF
-[ -n "${ENGINE:-}" ] && echo "gpuivf.engine_library = '$ENGINE'" >> "$W/data/postgresql.conf"
-as_pg "pg_ctl -D $W/data -l $W/server.log -w start >/dev/null" || { cat "$W/server.log"; exit 1; }
+# PostgreSQL's own max_connections, checkpoint_timeout and log_line_prefix
+# rather than the common ones of start_server
+start_server pg "$PORT" "listen_addresses = ''" "shared_preload_libraries = 'gpuivf'" \
+	"max_connections = 100" "checkpoint_timeout = 5min" "log_line_prefix = '%m [%p] '" "log_min_messages = warning"
 sleep 2
 sql "CREATE EXTENSION gpuivf_vector CASCADE;" || exit 1
 say "worker: $(sql "SELECT worker || ' ' || state || ' ' || coalesce(device_name, '') || ' ' || coalesce(message, '') FROM gpuivf_stat")"
@@ -153,8 +119,8 @@ check v3072 'vector(3072)' 3072 "${LISTS:-200}" "$W/d3072"
 check h4000 'halfvec(4000)' 4000 "${LISTS:-200}" "$W/d4000"
 [ -n "${WIDE:-}" ] && check r16000 'real[]' 16000 "${LISTS_WIDE:-70}" "$W/d16000"
 
-cp "$W/server.log" "$OUT/" 2>/dev/null
-as_pg "pg_ctl -D $W/data -m fast stop >/dev/null"
+cp "$W/pg/server.log" "$OUT/" 2>/dev/null
+stop_servers
 echo
 echo "| table | type | CREATE INDEX (GPU) | re-rank from / storage / index size | exact mode vs seq scan | queries on the GPU | GPU vs CPU | recall@10 |"
 echo "|---|---|---|---|---|---|---|---|"

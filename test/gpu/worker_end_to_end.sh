@@ -37,8 +37,9 @@
 # It prints a summary table last and leaves logs in $OUT.
 #
 # On the device (from the repo root):  bash test/gpu/worker_end_to_end.sh .device-worker
-#   where .device-worker/ holds pgkit.sh, pgkit.tar.xz, gpuivf.so, gpuivf_gpu.so.
-# Locally, as a dry run against an installed build and any engine:
+#   where .device-worker/ holds pgkit.sh, pgkit.tar.xz, gpuivf.so, gpuivf_gpu.so
+#   (PostgreSQL's set-up: test/gpu/cluster_lib.sh).
+# Locally, as a dry run against an installed build (PG_CONFIG) and any engine:
 #   GPUIVF_LOCAL=1 PORT=5610 ENGINE=/path/to/gpuivf_fake_gpu.so bash test/gpu/worker_end_to_end.sh
 set -u
 KIT=${1:-.device-worker}
@@ -51,32 +52,13 @@ PROBES=${PROBES:-16}
 BENCH_S=${BENCH_S:-6}
 PORT=${PORT:-5432}
 W=${W:-/tmp/gpuivf-work}
-PY=${PY:-python3}
 SHARDS=${SHARDS:-}
 mkdir -p "$OUT"
-started=$(date +%s)
-say() { echo "== [$(( $(date +%s) - started ))s] $*"; }
+# shellcheck source=test/gpu/cluster_lib.sh
+source "$(dirname "$0")/cluster_lib.sh"
+trap stop_servers EXIT
 
-# ------------------------------------------------------------ PostgreSQL
-if [ -n "${GPUIVF_LOCAL:-}" ]; then
-	PGBIN=/usr/lib/postgresql/15/bin
-	as_pg() { su postgres -c "export PATH=$PGBIN:\$PATH PGHOST=$W PGPORT=$PORT PGUSER=postgres; cd $W; $*"; }
-	PGUSER_OS=postgres
-else
-	# shellcheck disable=SC1090
-	source "$KIT/pgkit.sh" unpack "$KIT/pgkit.tar.xz" || exit 1
-	as_pg() { pgkit_as "export PGHOST=$W PGPORT=$PORT; $*"; }
-	PGUSER_OS=pgrun
-	LIBDIR=$(pg_config --pkglibdir)
-	SHAREDIR=$(pg_config --sharedir)
-	cp "$KIT/gpuivf.so" "$KIT/gpuivf_gpu.so" "$LIBDIR/"
-	cp gpuivf.control sql/gpuivf--0.1.0.sql "$SHAREDIR/extension/"
-	nvidia-smi -L 2>&1 | head -4
-fi
-rm -rf "$W" && mkdir -p "$W" && cp test/gpu/gpuivf_device.py "$W/"
-sql() { printf '%s\n' "$1" > "$W/q.sql"; chown "$PGUSER_OS" "$W/q.sql"; as_pg "psql -X -q -At -v ON_ERROR_STOP=1 -f $W/q.sql"; }
-sqlf() { chown "$PGUSER_OS" "$1"; as_pg "psql -X -q -At -v ON_ERROR_STOP=1 -f $1"; }
-
+setup_postgres "$KIT"
 say "data: $ROWS x $DIMS, $NQ queries"
 if [ -n "${GEN:-}" ]; then
 	# realistic clustered data (test/tools/gpuivf_gen, the recipe of
@@ -91,32 +73,12 @@ else
 fi
 chown -R "$PGUSER_OS" "$W"
 
-mkdir -p "$W/data" && chown "$PGUSER_OS" "$W/data"
-as_pg "initdb -A trust -U postgres -D $W/data >/dev/null" || exit 1
-cat >> "$W/data/postgresql.conf" <<EOF
-port = $PORT
-unix_socket_directories = '$W'
-listen_addresses = ''
-shared_preload_libraries = 'gpuivf'
-max_connections = 200
-shared_buffers = 4GB
-maintenance_work_mem = 2GB
-dynamic_shared_memory_type = mmap
-jit = off
-fsync = off
-synchronous_commit = off
 # checkpoints every few seconds (the 1 GB default) while COPY and the builds
-# write their WAL would land inside the builds' timings, differently each run
-max_wal_size = 16GB
-checkpoint_timeout = 30min
-max_parallel_workers_per_gather = 0
-log_line_prefix = '%m [%p] %b '
-# the GPU worker's time breakdown (DEBUG1, every 2 s while it serves)
-log_min_messages = debug1
-EOF
-[ -n "${ENGINE:-}" ] && echo "gpuivf.engine_library = '$ENGINE'" >> "$W/data/postgresql.conf"
-[ -n "${DEVICES:-}" ] && echo "gpuivf.devices = '$DEVICES'" >> "$W/data/postgresql.conf"
-as_pg "pg_ctl -D $W/data -l $W/server.log -w start >/dev/null" || { cat "$W/server.log"; exit 1; }
+# write their WAL would land inside the builds' timings, differently each
+# run: the common max_wal_size = 16GB, checkpoint_timeout = 30min.  DEBUG1:
+# the GPU worker's time breakdown (every 2 s while it serves).
+start_server pg "$PORT" "listen_addresses = ''" "shared_preload_libraries = 'gpuivf'" "max_connections = 200" \
+	"log_min_messages = debug1" ${DEVICES:+"gpuivf.devices = '$DEVICES'"}
 sleep 2
 sql "CREATE EXTENSION gpuivf;"
 say "worker: $(sql "SELECT worker || ' ' || state || ' ' || coalesce(device_name, '') || ' ' || coalesce(message, '') FROM gpuivf_stat")"
@@ -149,7 +111,6 @@ say "  gpu phases: $PHASES_GPU"
 say "  cpu calibration: $(grep -ho 'calibrated on .*' "$W/build_cpu.log" 2>/dev/null | head -1)"
 say "  gpu calibration: $(grep -ho 'calibrated on .*' "$W/build_gpu.log" | head -1)"
 if [ -n "${BUILD_ONLY:-}" ]; then
-	as_pg "pg_ctl -D $W/data -m fast stop >/dev/null"
 	exit 0
 fi
 VERIFY="not run" BUILD_AGREE="not run" GPU_CPU="not run" CAL_GPU="-" CAL_CPU="-" CAL_SAME="-" x0=0 x1=0
@@ -302,7 +263,7 @@ wcpu() {
 mcpu() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat; }
 # CPU clock ticks of the postmaster's exited children (cutime + cstime): the
 # backends of a pgbench run, once it has ended and they are reaped.
-bcpu() { awk '{ print $16 + $17 }' "/proc/$(head -1 "$W/data/postmaster.pid")/stat"; }
+bcpu() { awk '{ print $16 + $17 }' "/proc/$(head -1 "$W/pg/data/postmaster.pid")/stat"; }
 # One pgbench run of BENCH_S seconds: pgbench_run LABEL CLIENTS SCRIPT
 # [PGOPTIONS]; sets TPS, LAT (p50/p99/mean from the transaction log), FAIL,
 # MCPU (how busy the machine's cores were) and BACKEND_US (CPU microseconds
@@ -389,7 +350,7 @@ fi
 # Restart the cluster (after ALTER SYSTEM of a postmaster setting); $1, if
 # given, is exported to the postmaster first (e.g. GPUIVF_FAKE_INSTANT=1).
 restart_pg() {
-	as_pg "${1:+export $1; }pg_ctl -D $W/data -m fast -w restart -l $W/server.log >/dev/null"
+	as_pg "${1:+export $1; }pg_ctl -D $W/pg/data -m fast -w restart -l $W/pg/server.log >/dev/null"
 	sleep 2
 }
 
@@ -509,9 +470,9 @@ fi # QPS_ONLY
 # -------------------------------------------------------------- summary
 sql "\\x on
 SELECT * FROM gpuivf_stat;" > "$OUT/gpuivf_stat.txt"
-cp "$W/server.log" "$OUT/server.log" 2>/dev/null
+cp "$W/pg/server.log" "$OUT/server.log" 2>/dev/null
 cp "$W/bench.txt" "$OUT/" 2>/dev/null
-as_pg "pg_ctl -D $W/data -m fast -w stop >/dev/null"
+stop_servers
 echo
 echo "================================ gpuivf GPU worker: summary ================================"
 echo "data                 $ROWS x $DIMS clustered, lists $LISTS, nprobe $PROBES, $NQ queries"
@@ -531,7 +492,7 @@ echo "workers              $PER_WORKER"
 echo "sharded (SHARDS)     ${SHARD_SUMMARY:-not run (set SHARDS=2)}"
 echo "pgbench (device clients tps p50/p99 ms, batch = mean queries per GPU call):"
 sed 's/^/  /' "$W/bench.txt"
-grep -E "gpuivf gpu worker" "$W/server.log" | grep -vE "statement:|DEBUG" | head -8
+grep -E "gpuivf gpu worker" "$W/pg/server.log" | grep -vE "statement:|DEBUG" | head -8
 echo "GPU worker time breakdown (DEBUG1, one line per ~2 s of serving):"
-grep -oE "gpuivf GPU worker [0-9]+ in [0-9.]+ s: .*" "$W/server.log" | sed 's/^/  /' | tail -40
+grep -oE "gpuivf GPU worker [0-9]+ in [0-9.]+ s: .*" "$W/pg/server.log" | sed 's/^/  /' | tail -40
 echo "elapsed $(( $(date +%s) - started ))s"
