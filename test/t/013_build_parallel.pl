@@ -71,14 +71,14 @@ for my $rerank ('true', 'false')
 {
 	my $with = "lists = 40, rerank = $rerank";
 	my ($log_s, $sizes_s, $ans_s, $curve_s) = build('items_serial', 0, $with);
-	like($log_s, qr/gpuivf build of "items_serial": 30000 rows, 1 process;.* training [\d.]+ s \(1 process\)/,
+	like($log_s, qr/gpuivf build of "items_serial": 30000 rows, 1 process;.* training [\d.]+ s \(1 process:/,
 		"rerank = $rerank: the serial build ran alone");
 	my $model_s = model_digest($node, 'items_serial');
 	$node->safe_psql('postgres', 'DROP INDEX items_serial');
 	my ($log_p, $sizes_p, $ans_p, $curve_p) = build('items_parallel', 2, $with);
 	my $launches = () = $log_p =~ /uses 2 parallel workers/g;
 	is($launches, 3, "rerank = $rerank: the parallel build launched two workers for each scan and for the training");
-	like($log_p, qr/gpuivf build of "items_parallel": 30000 rows, 3 processes;.* training [\d.]+ s \(3 processes\)/,
+	like($log_p, qr/gpuivf build of "items_parallel": 30000 rows, 3 processes;.* training [\d.]+ s \(3 processes:/,
 		"rerank = $rerank: its scans and its training ran in three processes");
 	is(model_digest($node, 'items_parallel'), $model_s, "rerank = $rerank: the same centroids and codebooks, bit for bit");
 	is($sizes_p, $sizes_s, "rerank = $rerank: the same model: the same list sizes");
@@ -126,7 +126,7 @@ for my $rerank ('true', 'false')
 			  . "CREATE INDEX wide_idx ON wide USING gpuivf (v) WITH (lists = 100)");
 		is($ret, 0, "32 dimensions, 100 lists: CREATE INDEX with $workers workers");
 		my $procs = $workers + 1;
-		like($err, qr/training [\d.]+ s \($procs process(es)?\)/, "trained in $procs process(es)");
+		like($err, qr/training [\d.]+ s \($procs process(es)?:/, "trained in $procs process(es)");
 		$digest{$workers} = model_digest($node, 'wide_idx');
 		$node->safe_psql('postgres', 'DROP INDEX wide_idx');
 	}

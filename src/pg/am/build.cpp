@@ -84,6 +84,7 @@ typedef struct GpuivfBuildState
      * phase_start, which each phase's end moves on) */
     instr_time  phase_start;
     double      t_sample, t_train, t_encode, t_engine, t_lists, t_load_wait, t_calibrate;
+    double      t_kmeans, t_pq;     /* parts of t_train on the CPU */
     int         train_participants; /* processes that trained on the CPU (0: the GPU worker did) */
     bool        engine_on_gpu;
 } GpuivfBuildState;
@@ -258,7 +259,8 @@ TrainOnCpu(GpuivfBuildState *bs)
     }
     pfree(bs->sample);
     bs->sample = NULL;
-    GpuivfTrainOnCpu(area, bs->centroids, bs->centroid_norms, bs->codebook);
+    GpuivfTrainOnCpu(area, bs->centroids, bs->centroid_norms, bs->codebook, &bs->t_kmeans,
+                     &bs->t_pq);
     GpuivfParallelEnd(pb);
     if (mem != NULL)
         pfree(mem);
@@ -750,7 +752,8 @@ gpuivfbuild(Relation heap, Relation index, IndexInfo *indexInfo)
          RelationGetRelationName(index), (long long) bs->rows, Max(bs->participants, 1),
          bs->participants > 1 ? "es" : "", bs->t_sample, (long long) bs->sample_n, bs->t_train,
          bs->rows == 0 ? "nothing to train" : bs->train_participants == 0 ? "on the GPU worker" :
-         psprintf("%d process%s", bs->train_participants, bs->train_participants > 1 ? "es" : ""),
+         psprintf("%d process%s: k-means %.3f s, residuals and PQ %.3f s", bs->train_participants,
+                  bs->train_participants > 1 ? "es" : "", bs->t_kmeans, bs->t_pq),
          bs->t_encode, bs->t_engine, bs->engine_on_gpu ? "GPU" : "CPU", bs->t_lists,
          bs->entries_in_memory ? "in memory" : "by a tuplesort", bs->t_load_wait, bs->t_calibrate);
     result->heap_tuples = bs->reltuples;

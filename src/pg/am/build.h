@@ -70,10 +70,11 @@ Size        GpuivfTrainAreaSize(int64 n, int dims, int lists, int pq_m, int pq_b
 /* the area in mem (of GpuivfTrainAreaSize), the sample (n x dims) copied in */
 GpuivfTrainArea *GpuivfTrainAreaInit(void *mem, const float *sample, int64 n, int dims, int lists,
                                      int pq_m, int pq_bits);
-/* the leader: k-means, residuals, PQ into the caller's arrays; then the
- * workers leave */
+/* the leader: k-means, residuals, PQ into the caller's arrays (the
+ * seconds of the k-means and of the rest added to *t_kmeans, *t_pq); then
+ * the workers leave */
 void        GpuivfTrainOnCpu(GpuivfTrainArea *area, float *centroids, float *centroid_norms,
-                             float *codebook);
+                             float *codebook, double *t_kmeans, double *t_pq);
 /* a parallel worker of the training context */
 void        GpuivfTrainWorker(GpuivfTrainArea *area);
 

@@ -65,17 +65,41 @@ struct GpuivfTrainArea
 
 #define AREA_AT(area, off, type) ((type *) ((char *) (area) + (area)->off))
 
+/* Where the arrays go after the head (into *area when not NULL); the
+ * area's size. */
+static Size
+Layout(int64 n, int dims, int lists, int pq_m, int pq_bits, GpuivfTrainArea *area)
+{
+    const Size  bytes[] = {
+        mul_size(mul_size((Size) n, dims), sizeof(float)),          /* sample */
+        mul_size((Size) n, sizeof(int32)),                          /* labels */
+        mul_size(mul_size((Size) lists, dims), sizeof(float)),      /* centroids */
+        mul_size((Size) lists, sizeof(float)),                      /* norms */
+        mul_size(GpuivfCodebookFloats(dims, pq_m, pq_bits), sizeof(float)),
+    };
+    Size        off[lengthof(bytes)];
+    Size        size = MAXALIGN(sizeof(GpuivfTrainArea));
+
+    for (int i = 0; i < (int) lengthof(bytes); i++)
+    {
+        off[i] = size;
+        size = add_size(size, MAXALIGN(bytes[i]));
+    }
+    if (area != NULL)
+    {
+        area->off_sample = off[0];
+        area->off_labels = off[1];
+        area->off_centroids = off[2];
+        area->off_norms = off[3];
+        area->off_codebook = off[4];
+    }
+    return size;
+}
+
 Size
 GpuivfTrainAreaSize(int64 n, int dims, int lists, int pq_m, int pq_bits)
 {
-    Size        size = MAXALIGN(sizeof(GpuivfTrainArea));
-
-    size = add_size(size, MAXALIGN(mul_size(mul_size((Size) n, dims), sizeof(float))));
-    size = add_size(size, MAXALIGN(mul_size((Size) n, sizeof(int32))));
-    size = add_size(size, MAXALIGN(mul_size(mul_size((Size) lists, dims), sizeof(float))));
-    size = add_size(size, MAXALIGN(mul_size((Size) lists, sizeof(float))));
-    size = add_size(size, MAXALIGN(mul_size(GpuivfCodebookFloats(dims, pq_m, pq_bits), sizeof(float))));
-    return size;
+    return Layout(n, dims, lists, pq_m, pq_bits, NULL);
 }
 
 GpuivfTrainArea *
@@ -83,7 +107,6 @@ GpuivfTrainAreaInit(void *mem, const float *sample, int64 n, int dims, int lists
                     int pq_bits)
 {
     GpuivfTrainArea *area = (GpuivfTrainArea *) mem;
-    Size        off = MAXALIGN(sizeof(GpuivfTrainArea));
 
     memset(area, 0, sizeof(GpuivfTrainArea));
     area->dims = dims;
@@ -91,15 +114,7 @@ GpuivfTrainAreaInit(void *mem, const float *sample, int64 n, int dims, int lists
     area->pq_m = pq_m;
     area->pq_bits = pq_bits;
     area->n = n;
-    area->off_sample = off;
-    off += MAXALIGN((Size) n * dims * sizeof(float));
-    area->off_labels = off;
-    off += MAXALIGN((Size) n * sizeof(int32));
-    area->off_centroids = off;
-    off += MAXALIGN((Size) lists * dims * sizeof(float));
-    area->off_norms = off;
-    off += MAXALIGN((Size) lists * sizeof(float));
-    area->off_codebook = off;
+    (void) Layout(n, dims, lists, pq_m, pq_bits, area);
     memcpy(AREA_AT(area, off_sample, float), sample, (Size) n * dims * sizeof(float));
     SpinLockInit(&area->mutex);
     area->command = TRAIN_IDLE;
@@ -322,10 +337,12 @@ TrainCentroids(GpuivfTrainArea *area)
 
 /*
  * k-means, residuals and PQ codebooks of the area's sample (its rows become
- * residuals) into centroids, norms and codebook (the caller's arrays).
+ * residuals) into centroids, norms and codebook (the caller's arrays); the
+ * seconds of the k-means and of the rest are added to *t_kmeans, *t_pq.
  */
 void
-GpuivfTrainOnCpu(GpuivfTrainArea *area, float *centroids, float *centroid_norms, float *codebook)
+GpuivfTrainOnCpu(GpuivfTrainArea *area, float *centroids, float *centroid_norms, float *codebook,
+                 double *t_kmeans, double *t_pq)
 {
     int         d = area->dims;
     int64       n = area->n;
@@ -333,7 +350,11 @@ GpuivfTrainOnCpu(GpuivfTrainArea *area, float *centroids, float *centroid_norms,
     const float *trained = AREA_AT(area, off_centroids, float);
     const int32 *labels = AREA_AT(area, off_labels, int32);
 
+    instr_time  start;
+
+    INSTR_TIME_SET_CURRENT(start);
     TrainCentroids(area);
+    GpuivfAddSeconds(t_kmeans, &start);
 
     pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, GPUIVF_PHASE_PQ);
     LabelSample(area, n);
@@ -347,6 +368,7 @@ GpuivfTrainOnCpu(GpuivfTrainArea *area, float *centroids, float *centroid_norms,
     }
     RunCommand(area, TRAIN_PQ, area->pq_m);
     RunCommand(area, TRAIN_EXIT, 0);
+    GpuivfAddSeconds(t_pq, &start);
 
     memcpy(centroids, trained, (Size) area->lists * d * sizeof(float));
     memcpy(centroid_norms, AREA_AT(area, off_norms, float), (Size) area->lists * sizeof(float));
