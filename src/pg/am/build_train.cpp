@@ -249,13 +249,16 @@ RunCommand(GpuivfTrainArea *area, int command, int64 items)
 
     Assert(items < ((int64) 1 << 32));
     pg_atomic_write_u64(&area->done, 0);
+    gen = area->generation + 1;     /* only the leader writes it */
+    /* claims open before a worker can read gen below; a full barrier, so
+     * whoever claims an item of gen sees the centroids and rows written
+     * before */
+    (void) pg_atomic_exchange_u64(&area->claim, (uint64) gen << 32);
     SpinLockAcquire(&area->mutex);
-    gen = ++area->generation;
+    area->generation = gen;
     area->command = command;
     area->items = items;
     SpinLockRelease(&area->mutex);
-    /* a full barrier: claims of gen see everything written above */
-    (void) pg_atomic_exchange_u64(&area->claim, (uint64) gen << 32);
     ConditionVariableBroadcast(&area->workcv);
     if (command == TRAIN_EXIT)
         return;
