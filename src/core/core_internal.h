@@ -49,7 +49,7 @@ void gemm_abt(const float *a, int64_t rows, const float *b, int64_t cols, int d,
 
 /* Tile sizes of the GEMM-shaped loops: a tile of distances is
  * kRowTile x kColTile floats (4 MiB), small enough for L2/L3 reuse. */
-constexpr int64_t kRowTile = 1024;
+constexpr int64_t kRowTile = kAssignRowBlock;
 constexpr int64_t kColTile = 1024;
 
 /*

@@ -176,6 +176,37 @@ KMeansParams kmeans_default_params() noexcept;
 Status kmeans_train(const float *x, int64_t n, int d, int k, const KMeansParams &params,
                     float *centroids, const CancelHook *cancel) noexcept;
 
+/*
+ * The same k-means one Lloyd step at a time, for a caller that labels the
+ * rows itself (a parallel CREATE INDEX shares each labelling out among its
+ * processes):
+ *
+ *   KMeansRun *run = kmeans_begin(x, n, d, k, params, centroids, cancel, &st);
+ *   while (kmeans_wants_labels(run, &rows, &rows_n))
+ *       label every row against centroids (assign_nearest, whole or in
+ *       parts that start at multiples of kAssignRowBlock), kmeans_step;
+ *   kmeans_end(run);
+ *
+ * kmeans_train is this loop with one assign_nearest of all the rows, so both
+ * give the same centroids.  kmeans_begin returns null (and *status) on
+ * failure; otherwise the caller must call kmeans_end, also after a failed
+ * step.  rows: x, or the subsample the run trains on (owned by the run).
+ * The centroids are checked (as kmeans_train does) when the run is done.
+ */
+struct KMeansRun;
+KMeansRun *kmeans_begin(const float *x, int64_t n, int d, int k, const KMeansParams &params,
+                        float *centroids, const CancelHook *cancel, Status *status) noexcept;
+bool kmeans_wants_labels(const KMeansRun *run, const float **rows, int64_t *n) noexcept;
+Status kmeans_step(KMeansRun *run, const int32_t *labels) noexcept;
+void kmeans_end(KMeansRun *run) noexcept;
+
+/*
+ * assign_nearest works through its rows in blocks of this many: a row's
+ * label depends only on the block it is in, so calls over parts of the rows
+ * that start at multiples of it give the labels of one call over them all.
+ */
+constexpr int64_t kAssignRowBlock = 1024;
+
 /* Squared L2 norm of each of n rows. */
 void row_norms(const float *x, int64_t n, int d, float *norms) noexcept;
 
@@ -220,6 +251,20 @@ int auto_lists(int64_t rows) noexcept;
  */
 Status pq_train(const float *residuals, int64_t n, int d, int m, int nbits, uint64_t seed,
                 float *codebook, const CancelHook *cancel) noexcept;
+
+/*
+ * pq_train for processes that share the sub-quantizers out: each trains the
+ * sub-quantizers j that claim->next(claim->arg) hands it (until it returns a
+ * negative number) into their place in codebook; a null claim trains them
+ * all (pq_train).  Sub-quantizer j's codebook depends only on the residuals,
+ * the seed and j, so whoever trains it, the codebook is pq_train's.
+ */
+struct WorkClaim {
+    int64_t (*next)(void *arg);
+    void *arg;
+};
+Status pq_train_claimed(const float *residuals, int64_t n, int d, int m, int nbits, uint64_t seed,
+                        float *codebook, const WorkClaim *claim, const CancelHook *cancel) noexcept;
 
 /* Encode n residuals into n * pq_code_size(m, nbits) bytes. */
 void pq_encode(const float *codebook, int d, int m, int nbits, const float *residuals,

@@ -172,49 +172,111 @@ int update_centroids(const float *x, int64_t n, int d, int k, const int32_t *lab
 
 }  // namespace
 
+/*
+ * One k-means run between kmeans_begin and kmeans_end: the rows it trains
+ * on (x, or its subsample), the random stream, and the last labels (to see
+ * convergence).  Lloyd's loop is kmeans_run below, or a caller's own
+ * (kmeans_step).
+ */
+struct KMeansRun {
+    const float *x = nullptr;
+    int64_t n = 0;
+    int d = 0;
+    int k = 0;
+    float *centroids = nullptr;
+    const CancelHook *cancel = nullptr;
+    detail::Rng rng{0};
+    std::vector<float> sample;
+    float scale = 1.0f;
+    std::vector<int32_t> prev;
+    std::vector<double> sums;
+    std::vector<int64_t> counts;
+    int iter = 0;
+    int niter = 1;
+    bool split = false;
+    bool done = false;
+    bool check_model = false; /* kmeans_step checks the centroids when done */
+};
+
+namespace {
+
+/* Start a run: subsample, initial centroids (throws std::bad_alloc). */
+Status run_begin(KMeansRun *run, const float *x, int64_t n, int d, int k, const KMeansParams &params,
+                 float *centroids, const CancelHook *cancel) {
+    run->d = d;
+    run->k = k;
+    run->centroids = centroids;
+    run->cancel = cancel;
+    if (n <= k) {
+        centroids_from_points(x, n, d, k, params.seed, centroids);
+        run->done = true;
+        return status_ok();
+    }
+    run->rng = detail::Rng(params.seed);
+
+    /* Train on a subsample when there are far more points than needed. */
+    const int64_t max_points = static_cast<int64_t>(k) * std::max(1, params.max_points_per_centroid);
+    if (params.max_points_per_centroid > 0 && n > max_points) {
+        run->sample = detail::gather_rows(x, d, detail::sample_rows(n, max_points, run->rng.next()));
+        x = run->sample.data();
+        n = max_points;
+    }
+    run->x = x;
+    run->n = n;
+
+    bool was_canceled;
+    init_centroids(x, n, d, k, run->rng, centroids, cancel, &was_canceled);
+    if (was_canceled) return detail::canceled_status();
+
+    run->scale = component_rms(x, n, d);
+    run->prev.assign(n, -1);
+    run->sums.resize(static_cast<size_t>(k) * d);
+    run->counts.resize(k);
+    run->niter = std::max(1, params.niter);
+    return status_ok();
+}
+
+/* Lloyd's update from the labels of every row against the current
+ * centroids; done when they did not change or after niter updates. */
+Status run_step(KMeansRun *run, const int32_t *labels) {
+    if (run->done) return status_ok();
+    /* Converged: the means would not move. */
+    if (run->iter > 0 && !run->split &&
+        std::equal(run->prev.begin(), run->prev.end(), labels)) {
+        run->done = true;
+        return status_ok();
+    }
+    int empty = update_centroids(run->x, run->n, run->d, run->k, labels, run->sums, run->counts,
+                                 run->centroids);
+    run->split = empty > 0;
+    if (run->split) split_empty_clusters(run->centroids, run->counts, run->k, run->d, run->scale, run->rng);
+    std::copy(labels, labels + run->n, run->prev.begin());
+    if (++run->iter >= run->niter) {
+        run->done = true;
+        return status_ok();
+    }
+    if (detail::canceled(run->cancel)) return detail::canceled_status();
+    return status_ok();
+}
+
+}  // namespace
+
 namespace detail {
 
 Status kmeans_run(const float *x, int64_t n, int d, int k, const KMeansParams &params,
                   float *centroids, const CancelHook *cancel) {
-    if (n <= k) {
-        centroids_from_points(x, n, d, k, params.seed, centroids);
-        return status_ok();
-    }
-    detail::Rng rng(params.seed);
-
-    /* Train on a subsample when there are far more points than needed. */
-    const int64_t max_points = static_cast<int64_t>(k) * std::max(1, params.max_points_per_centroid);
-    std::vector<float> sample;
-    if (params.max_points_per_centroid > 0 && n > max_points) {
-        sample = detail::gather_rows(x, d, detail::sample_rows(n, max_points, rng.next()));
-        x = sample.data();
-        n = max_points;
-    }
-
-    bool was_canceled;
-    init_centroids(x, n, d, k, rng, centroids, cancel, &was_canceled);
-    if (was_canceled) return detail::canceled_status();
-
-    const float scale = component_rms(x, n, d);
+    KMeansRun run;
+    Status st = run_begin(&run, x, n, d, k, params, centroids, cancel);
+    if (!ok(st) || run.done) return st;
     std::vector<float> cnorms(k);
-    std::vector<int32_t> labels(n, -1), prev(n, -1);
-    std::vector<double> sums(static_cast<size_t>(k) * d);
-    std::vector<int64_t> counts(k);
-
-    const int niter = std::max(1, params.niter);
-    bool split = false;
-    for (int iter = 0; iter < niter; iter++) {
-        if (detail::canceled(cancel)) return detail::canceled_status();
+    std::vector<int32_t> labels(run.n, -1);
+    while (!run.done) {
         row_norms(centroids, k, d, cnorms.data());
-        Status st = detail::assign_rows(centroids, cnorms.data(), k, d, x, nullptr, n,
-                                        labels.data(), nullptr, cancel);
+        st = detail::assign_rows(centroids, cnorms.data(), k, d, run.x, nullptr, run.n,
+                                 labels.data(), nullptr, cancel);
         if (!ok(st)) return st;
-        /* Converged: the means would not move. */
-        if (iter > 0 && !split && labels == prev) break;
-        int empty = update_centroids(x, n, d, k, labels.data(), sums, counts, centroids);
-        split = empty > 0;
-        if (split) split_empty_clusters(centroids, counts, k, d, scale, rng);
-        prev.swap(labels);
+        st = run_step(&run, labels.data());
+        if (!ok(st)) return st;
     }
     return status_ok();
 }
@@ -229,8 +291,9 @@ KMeansParams kmeans_default_params() noexcept {
     return p;
 }
 
-Status kmeans_train(const float *x, int64_t n, int d, int k, const KMeansParams &params,
-                    float *centroids, const CancelHook *cancel) noexcept {
+namespace {
+
+Status check_kmeans_args(const float *x, int64_t n, int d, int k, const float *centroids) {
     if (x == nullptr || centroids == nullptr)
         return status_error(kInvalidArgument, "k-means needs input and output arrays");
     if (n < 1) return status_error(kInvalidArgument, "k-means needs at least one training vector");
@@ -242,10 +305,24 @@ Status kmeans_train(const float *x, int64_t n, int d, int k, const KMeansParams 
         return status_error(kInvalidArgument,
                             "k-means training vectors must be finite with magnitudes up to %g",
                             static_cast<double>(kMaxComponent));
+    return status_ok();
+}
+
+Status check_centroids(const float *centroids, int k, int d) {
+    if (!components_within(centroids, static_cast<int64_t>(k) * d, kMaxModelComponent))
+        return status_error(kInternal, "k-means produced a centroid that is not finite or out of range");
+    return status_ok();
+}
+
+}  // namespace
+
+Status kmeans_train(const float *x, int64_t n, int d, int k, const KMeansParams &params,
+                    float *centroids, const CancelHook *cancel) noexcept {
+    Status st = check_kmeans_args(x, n, d, k, centroids);
+    if (!ok(st)) return st;
     try {
-        Status st = detail::kmeans_run(x, n, d, k, params, centroids, cancel);
-        if (ok(st) && !components_within(centroids, static_cast<int64_t>(k) * d, kMaxModelComponent))
-            return status_error(kInternal, "k-means produced a centroid that is not finite or out of range");
+        st = detail::kmeans_run(x, n, d, k, params, centroids, cancel);
+        if (ok(st)) st = check_centroids(centroids, k, d);
         return st;
     } catch (const std::bad_alloc &) {
         return detail::out_of_memory_status("k-means training");
@@ -253,5 +330,46 @@ Status kmeans_train(const float *x, int64_t n, int d, int k, const KMeansParams 
         return detail::internal_error_status("k-means training");
     }
 }
+
+KMeansRun *kmeans_begin(const float *x, int64_t n, int d, int k, const KMeansParams &params,
+                        float *centroids, const CancelHook *cancel, Status *status) noexcept {
+    *status = check_kmeans_args(x, n, d, k, centroids);
+    if (!ok(*status)) return nullptr;
+    KMeansRun *run = nullptr;
+    try {
+        run = new KMeansRun;
+        run->check_model = true;
+        *status = run_begin(run, x, n, d, k, params, centroids, cancel);
+        if (ok(*status) && run->done) *status = check_centroids(centroids, k, d);
+    } catch (const std::bad_alloc &) {
+        *status = detail::out_of_memory_status("k-means training");
+    } catch (...) {
+        *status = detail::internal_error_status("k-means training");
+    }
+    if (!ok(*status)) {
+        delete run;
+        return nullptr;
+    }
+    return run;
+}
+
+bool kmeans_wants_labels(const KMeansRun *run, const float **rows, int64_t *n) noexcept {
+    if (run->done) return false;
+    *rows = run->x;
+    *n = run->n;
+    return true;
+}
+
+Status kmeans_step(KMeansRun *run, const int32_t *labels) noexcept {
+    try {
+        Status st = run_step(run, labels);
+        if (ok(st) && run->done && run->check_model) st = check_centroids(run->centroids, run->k, run->d);
+        return st;
+    } catch (...) {
+        return detail::internal_error_status("k-means training");
+    }
+}
+
+void kmeans_end(KMeansRun *run) noexcept { delete run; }
 
 }  // namespace gpuivf

@@ -30,7 +30,7 @@ bool valid_pq_shape(int d, int m, int nbits) {
 }
 
 Status pq_train_run(const float *residuals, int64_t n, int d, int m, int nbits, uint64_t seed,
-                    float *codebook, const CancelHook *cancel) {
+                    float *codebook, const WorkClaim *claim, const CancelHook *cancel) {
     const int dsub = d / m;
     const int ksub = 1 << nbits;
     KMeansParams params = kmeans_default_params();
@@ -46,23 +46,28 @@ Status pq_train_run(const float *residuals, int64_t n, int d, int m, int nbits, 
         n = max_points;
     }
     std::vector<float> sub(static_cast<size_t>(n) * dsub);
-    for (int j = 0; j < m; j++) {
+    int64_t next = 0;
+    for (;;) {
+        const int64_t j = claim != nullptr ? claim->next(claim->arg) : next++;
+        if (j < 0 || j >= m) break;
         if (detail::canceled(cancel)) return detail::canceled_status();
         for (int64_t i = 0; i < n; i++)
             std::memcpy(&sub[i * dsub], residuals + i * d + j * dsub, sizeof(float) * dsub);
         params.seed = seed + 7919ULL * (j + 1);
         /* not kmeans_train: residuals may reach twice its input bound */
-        Status st = detail::kmeans_run(sub.data(), n, dsub, ksub, params,
-                                       codebook + static_cast<int64_t>(j) * ksub * dsub, cancel);
+        float *cb = codebook + j * ksub * dsub;
+        Status st = detail::kmeans_run(sub.data(), n, dsub, ksub, params, cb, cancel);
         if (!ok(st)) return st;
+        if (!components_within(cb, static_cast<int64_t>(ksub) * dsub, kMaxModelComponent))
+            return status_error(kInternal, "product quantizer training produced a value that is not finite or out of range");
     }
     return status_ok();
 }
 
 }  // namespace
 
-Status pq_train(const float *residuals, int64_t n, int d, int m, int nbits, uint64_t seed,
-                float *codebook, const CancelHook *cancel) noexcept {
+Status pq_train_claimed(const float *residuals, int64_t n, int d, int m, int nbits, uint64_t seed,
+                        float *codebook, const WorkClaim *claim, const CancelHook *cancel) noexcept {
     if (!valid_pq_shape(d, m, nbits))
         return status_error(kInvalidArgument,
                             "invalid product quantizer shape: %d dimensions, %d sub-quantizers, %d bits",
@@ -75,16 +80,17 @@ Status pq_train(const float *residuals, int64_t n, int d, int m, int nbits, uint
                             "product quantizer training residuals must be finite with magnitudes up to %g",
                             2 * static_cast<double>(kMaxComponent));
     try {
-        Status st = pq_train_run(residuals, n, d, m, nbits, seed, codebook, cancel);
-        const int64_t floats = static_cast<int64_t>(m) * (int64_t(1) << nbits) * (d / m);
-        if (ok(st) && !components_within(codebook, floats, kMaxModelComponent))
-            return status_error(kInternal, "product quantizer training produced a value that is not finite or out of range");
-        return st;
+        return pq_train_run(residuals, n, d, m, nbits, seed, codebook, claim, cancel);
     } catch (const std::bad_alloc &) {
         return detail::out_of_memory_status("product quantizer training");
     } catch (...) {
         return detail::internal_error_status("product quantizer training");
     }
+}
+
+Status pq_train(const float *residuals, int64_t n, int d, int m, int nbits, uint64_t seed,
+                float *codebook, const CancelHook *cancel) noexcept {
+    return pq_train_claimed(residuals, n, d, m, nbits, seed, codebook, nullptr, cancel);
 }
 
 void pq_encode(const float *codebook, int d, int m, int nbits, const float *residuals, int64_t n,

@@ -31,6 +31,7 @@ use Exporter 'import';
 our @EXPORT = qw(
   gpuivf_node tool_path generate_data convert_data load_vectors ground_truth
   read_fvecs read_ivecs vec_literal knn_ids recall_at index_info index_lists list_sizes
+  model_digest
   exact_settings assert_index_scan shared_data_dir start_pgbench finish_pgbench
   metric_operator metric_opclass count_via_index poll_until fake_gpu_engine fake_gpu_node worker_stat
   wait_worker_ready worker_syncs
@@ -361,6 +362,25 @@ sub list_sizes
 	my ($node, $index, $lists) = @_;
 	my $info = index_info($node, $index);
 	return join ',', map { $info->{"list_size_$_"} // 'none' } 0 .. $lists - 1;
+}
+
+# md5 of the model pages of an index (centroids, then codebooks: their
+# contents past the page header, located by the metapage's centroid_start/
+# pages and codebook_start/pages at offsets 56..71 of GpuivfMetaPageData):
+# two builds compare equal when they trained the same model bit for bit.
+# Needs the pageinspect extension in the database.
+sub model_digest
+{
+	my ($node, $index, $db) = @_;
+	return $node->safe_psql($db // 'postgres', qq{
+		WITH m AS (SELECT get_raw_page('$index', 0) AS p),
+		     f AS (SELECT (SELECT sum(get_byte(p, o + i) * (256::bigint ^ i)) FROM generate_series(0, 3) i)::bigint AS v, o
+		           FROM m, unnest(ARRAY[24 + 56, 24 + 60, 24 + 64, 24 + 68]) o),
+		     r AS (SELECT max(v) FILTER (WHERE o = 80) AS cs, max(v) FILTER (WHERE o = 84) AS cp,
+		                  max(v) FILTER (WHERE o = 88) AS bs, max(v) FILTER (WHERE o = 92) AS bp FROM f)
+		SELECT cp || ' + ' || bp || ' pages, md5 ' || md5(string_agg(substring(get_raw_page('$index', b::int) FROM 25), ''::bytea ORDER BY b))
+		FROM r, LATERAL (SELECT generate_series(cs, cs + cp - 1) UNION ALL SELECT generate_series(bs, bs + bp - 1)) g(b)
+		GROUP BY cp, bp});
 }
 
 # Asserts that a query is answered by an index scan on $index.

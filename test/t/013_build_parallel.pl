@@ -1,9 +1,11 @@
 
 # CREATE INDEX with parallel workers (PostgreSQL's parallel index build
-# machinery: both heap scans shared by the workers and the leader) builds the
-# index a serial build builds: the training sample is chosen by a hash of
-# the heap TID, so the model, every row's list and code and the list sizes
-# are the same; only where a vector tuple lands differs.  Without stored
+# machinery: both heap scans and the training on the CPU shared by the
+# workers and the leader) builds the index a serial build builds: the
+# training sample is chosen by a hash of the heap TID and the shared training
+# computes what one process does, so the model (bit for bit), every row's
+# list and code and the list sizes are the same; only where a vector tuple
+# lands differs.  Without stored
 # vectors (entries hold heap TIDs) the pages hold the same entries: the same
 # answers, ids and distances, and the same calibration curve.  With them,
 # entries hold vector tuple TIDs, which break ties among equal PQ scores at
@@ -26,7 +28,7 @@ my $node = gpuivf_node('build_parallel', allows_streaming => 1,
 my $data = generate_data(rows => 30000, dims => 16, queries => 20, seed => 11);
 load_vectors($node, 'items', $data->{base_copy});
 # a small table gets no workers by size: ask for two
-$node->safe_psql('postgres', 'ALTER TABLE items SET (parallel_workers = 2)');
+$node->safe_psql('postgres', 'ALTER TABLE items SET (parallel_workers = 2); CREATE EXTENSION pageinspect');
 my $queries = read_fvecs($data->{query_fvecs});
 my $truth = ground_truth($data->{base_fvecs}, $data->{query_fvecs}, 10);
 
@@ -69,12 +71,16 @@ for my $rerank ('true', 'false')
 {
 	my $with = "lists = 40, rerank = $rerank";
 	my ($log_s, $sizes_s, $ans_s, $curve_s) = build('items_serial', 0, $with);
-	like($log_s, qr/gpuivf build of "items_serial": 30000 rows, 1 process;/, "rerank = $rerank: the serial build ran alone");
+	like($log_s, qr/gpuivf build of "items_serial": 30000 rows, 1 process;.* training [\d.]+ s \(1 process:/,
+		"rerank = $rerank: the serial build ran alone");
+	my $model_s = model_digest($node, 'items_serial');
 	$node->safe_psql('postgres', 'DROP INDEX items_serial');
 	my ($log_p, $sizes_p, $ans_p, $curve_p) = build('items_parallel', 2, $with);
-	like($log_p, qr/uses 2 parallel workers/, "rerank = $rerank: the parallel build launched two workers");
-	like($log_p, qr/gpuivf build of "items_parallel": 30000 rows, 3 processes;/,
-		"rerank = $rerank: and its scans ran in three processes");
+	my $launches = () = $log_p =~ /uses 2 parallel workers/g;
+	is($launches, 3, "rerank = $rerank: the parallel build launched two workers for each scan and for the training");
+	like($log_p, qr/gpuivf build of "items_parallel": 30000 rows, 3 processes;.* training [\d.]+ s \(3 processes:/,
+		"rerank = $rerank: its scans and its training ran in three processes");
+	is(model_digest($node, 'items_parallel'), $model_s, "rerank = $rerank: the same centroids and codebooks, bit for bit");
 	is($sizes_p, $sizes_s, "rerank = $rerank: the same model: the same list sizes");
 	if ($rerank eq 'false')
 	{
@@ -101,6 +107,32 @@ for my $rerank ('true', 'false')
 		is_deeply($ans_r, $ans_s, 'and answers as before');
 	}
 	$node->safe_psql('postgres', 'DROP INDEX items_parallel');
+}
+
+# Above 16 dimensions the labels of each k-means iteration come from GEMM
+# tiles, and with 100 lists the k-means trains on the whole sample (no
+# subsample of its own): the participants label blocks of the sample for
+# every iteration.  Their labels are those of one process: the same model
+# bit for bit, with one worker and with two.
+{
+	my $wide = generate_data(rows => 12000, dims => 32, seed => 12);
+	load_vectors($node, 'wide', $wide->{base_copy});
+	$node->safe_psql('postgres', 'ALTER TABLE wide SET (parallel_workers = 2)');
+	my %digest;
+	for my $workers (0, 1, 2)
+	{
+		my ($ret, $out, $err) = $node->psql('postgres',
+			"SET max_parallel_maintenance_workers = $workers; SET client_min_messages = debug1; "
+			  . "CREATE INDEX wide_idx ON wide USING gpuivf (v) WITH (lists = 100)");
+		is($ret, 0, "32 dimensions, 100 lists: CREATE INDEX with $workers workers");
+		my $procs = $workers + 1;
+		like($err, qr/training [\d.]+ s \($procs process(es)?:/, "trained in $procs process(es)");
+		$digest{$workers} = model_digest($node, 'wide_idx');
+		$node->safe_psql('postgres', 'DROP INDEX wide_idx');
+	}
+	is($digest{1}, $digest{0}, 'one worker: the serial build\'s centroids and codebooks, bit for bit');
+	is($digest{2}, $digest{0}, 'two workers: the same');
+	$node->safe_psql('postgres', 'DROP TABLE wide');
 }
 
 # The leader and the workers append vector pages to one fork at once, each

@@ -1,6 +1,7 @@
 // k-means training and nearest-centroid assignment.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -154,6 +155,49 @@ TEST(KMeans, CancelHookStopsTraining) {
     Status s = kmeans_train(x.data(), 2000, 16, 40, kmeans_default_params(), cents.data(), &hook);
     EXPECT_EQ(s.code, kCanceled);
     EXPECT_GT(calls, 2);
+}
+
+// The stepped run, its rows labelled in parts that start at multiples of
+// kAssignRowBlock (as a parallel build's processes do), gives kmeans_train's
+// centroids bit for bit; also when the run subsamples and when n <= k.
+TEST(KMeans, SteppedRunInPartsMatchesKmeansTrain) {
+    struct Shape { int n, d, k, max_points; };
+    for (Shape s : {Shape{5000, 40, 64, 256}, Shape{9000, 20, 10, 300}, Shape{3, 4, 10, 256}}) {
+        auto x = gpuivf_test::random_vectors(s.n, s.d, 17);
+        KMeansParams p = kmeans_default_params();
+        p.max_points_per_centroid = s.max_points;
+        std::vector<float> a(s.k * s.d), b(s.k * s.d), norms(s.k);
+        ASSERT_TRUE(ok(kmeans_train(x.data(), s.n, s.d, s.k, p, a.data(), nullptr)));
+        Status st;
+        KMeansRun *run = kmeans_begin(x.data(), s.n, s.d, s.k, p, b.data(), nullptr, &st);
+        ASSERT_NE(run, nullptr) << st.message;
+        const float *rows;
+        int64_t n;
+        int steps = 0;
+        while (kmeans_wants_labels(run, &rows, &n)) {
+            std::vector<int32_t> labels(n);
+            row_norms(b.data(), s.k, s.d, norms.data());
+            /* parts of 1, 3, 1, 3, ... blocks, the last one short */
+            for (int64_t r0 = 0, part = 0; r0 < n; part++) {
+                const int64_t len = std::min<int64_t>(n - r0, kAssignRowBlock * (part % 2 ? 3 : 1));
+                ASSERT_TRUE(ok(assign_nearest(b.data(), norms.data(), s.k, s.d, rows + r0 * s.d, len,
+                                              labels.data() + r0, nullptr, nullptr)));
+                r0 += len;
+            }
+            ASSERT_TRUE(ok(kmeans_step(run, labels.data())));
+            steps++;
+        }
+        kmeans_end(run);
+        EXPECT_EQ(s.n <= s.k, steps == 0);
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "n=" << s.n;
+    }
+}
+
+TEST(KMeans, SteppedRunRejectsBadArguments) {
+    float x[4] = {0, 0, 0, 0}, c[4];
+    Status st;
+    EXPECT_EQ(kmeans_begin(x, 0, 2, 1, kmeans_default_params(), c, nullptr, &st), nullptr);
+    EXPECT_EQ(st.code, kInvalidArgument);
 }
 
 // GEMM path (d > 16, more centroids than one column tile) and the direct

@@ -128,6 +128,34 @@ TEST(Pq, LongSubVectorsRoundTrip) {
     }
 }
 
+// Sub-quantizers claimed by two "processes" in turn (their own calls of
+// pq_train_claimed, one shared claim counter) give pq_train's codebook.
+TEST(Pq, ClaimedSubQuantizersMatchPqTrain) {
+    const int n = 40000, d = 32, m = 8, nbits = 8;
+    auto x = gpuivf_test::random_vectors(n, d, 6);
+    const size_t floats = static_cast<size_t>(m) * 256 * (d / m);
+    std::vector<float> a(floats), b(floats, -1.0f);
+    ASSERT_TRUE(ok(pq_train(x.data(), n, d, m, nbits, 9, a.data(), nullptr)));
+    struct Claims {
+        int64_t next = 0;
+        int given = 0;
+        int limit = 0;
+    } c;
+    WorkClaim claim{[](void *arg) -> int64_t {
+                        Claims *c = static_cast<Claims *>(arg);
+                        if (c->given == c->limit) return -1;   /* this caller stops */
+                        c->given++;
+                        return c->next++;
+                    },
+                    &c};
+    c.limit = 3;  /* the first caller takes 3, the second the rest */
+    ASSERT_TRUE(ok(pq_train_claimed(x.data(), n, d, m, nbits, 9, b.data(), &claim, nullptr)));
+    c.given = 0;
+    c.limit = m;
+    ASSERT_TRUE(ok(pq_train_claimed(x.data(), n, d, m, nbits, 9, b.data(), &claim, nullptr)));
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), floats * sizeof(float)));
+}
+
 TEST(Pq, RejectsBadShape) {
     float x[8] = {}, cb[8];
     EXPECT_EQ(pq_train(x, 1, 8, 3, 8, 0, cb, nullptr).code, kInvalidArgument);  // 3 does not divide 8

@@ -84,6 +84,8 @@ typedef struct GpuivfBuildState
      * phase_start, which each phase's end moves on) */
     instr_time  phase_start;
     double      t_sample, t_train, t_encode, t_engine, t_lists, t_load_wait, t_calibrate;
+    double      t_kmeans, t_pq;     /* parts of t_train on the CPU */
+    int         train_participants; /* processes that trained on the CPU (0: the GPU worker did) */
     bool        engine_on_gpu;
 } GpuivfBuildState;
 
@@ -221,19 +223,58 @@ SampleHeap(GpuivfBuildState *bs)
 
 /* ------------------------------------------------------------ training */
 
+/* GpuivfParallelTrainBegin's init: the area with the build's sample. */
+static GpuivfTrainArea *
+InitTrainArea(void *mem, void *arg)
+{
+    GpuivfBuildState *bs = (GpuivfBuildState *) arg;
+
+    return GpuivfTrainAreaInit(mem, bs->sample, bs->sample_n, bs->dims, bs->lists, bs->pq_m,
+                               bs->pq_bits);
+}
+
+/*
+ * Training on the CPU (build_train.cpp): shared with parallel workers in a
+ * context of their own when the build has them, else by the leader alone,
+ * in an area of its memory.  The area holds a copy of the sample: the
+ * sample is freed once it is copied.
+ */
+static void
+TrainOnCpu(GpuivfBuildState *bs)
+{
+    Size        bytes = GpuivfTrainAreaSize(bs->sample_n, bs->dims, bs->lists, bs->pq_m,
+                                            bs->pq_bits);
+    GpuivfParallelBuild *pb = NULL;
+    GpuivfTrainArea *area = NULL;
+    void       *mem = NULL;
+
+    bs->train_participants = 1;
+    if (bs->workers > 0)
+        pb = GpuivfParallelTrainBegin(bs->heap, bs->index, bs->indexInfo, bs->workers, bytes,
+                                      InitTrainArea, bs, &area, &bs->train_participants);
+    if (pb == NULL)
+    {
+        mem = palloc_extended(bytes, MCXT_ALLOC_HUGE);
+        area = InitTrainArea(mem, bs);
+    }
+    pfree(bs->sample);
+    bs->sample = NULL;
+    GpuivfTrainOnCpu(area, bs->centroids, bs->centroid_norms, bs->codebook, &bs->t_kmeans,
+                     &bs->t_pq);
+    GpuivfParallelEnd(pb);
+    if (mem != NULL)
+        pfree(mem);
+}
+
 /* k-means, residuals, PQ codebooks; frees the sample. */
 static void
 TrainModel(GpuivfBuildState *bs)
 {
-    gpuivf::CancelHook cancel = GpuivfCancelHook();
-    gpuivf::KMeansParams params = gpuivf::kmeans_default_params();
     int64       n = bs->sample_n;
     int         d = bs->dims;
-    int32      *labels;
     Size        codebook_floats;
 
     pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, GPUIVF_PHASE_KMEANS);
-    params.seed = GPUIVF_TRAIN_SEED;
     bs->centroids = (float *) palloc_extended((Size) bs->lists * d * sizeof(float),
                                               MCXT_ALLOC_HUGE);
     bs->centroid_norms = (float *) palloc((Size) bs->lists * sizeof(float));
@@ -249,28 +290,9 @@ TrainModel(GpuivfBuildState *bs)
         pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, GPUIVF_PHASE_PQ);
     }
     else
-    {
-        GpuivfRaiseStatus(gpuivf::kmeans_train(bs->sample, n, d, bs->lists, params, bs->centroids,
-                                               &cancel));
-        gpuivf::row_norms(bs->centroids, bs->lists, d, bs->centroid_norms);
-
-        pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, GPUIVF_PHASE_PQ);
-        labels = (int32 *) palloc_extended((Size) n * sizeof(int32), MCXT_ALLOC_HUGE);
-        GpuivfRaiseStatus(gpuivf::assign_nearest(bs->centroids, bs->centroid_norms, bs->lists, d,
-                                                 bs->sample, n, labels, NULL, &cancel));
-        for (int64 i = 0; i < n; i++)
-        {
-            float      *x = bs->sample + i * d;
-            const float *c = bs->centroids + (int64) labels[i] * d;
-
-            for (int j = 0; j < d; j++)
-                x[j] -= c[j];
-        }
-        GpuivfRaiseStatus(gpuivf::pq_train(bs->sample, n, d, bs->pq_m, bs->pq_bits, GPUIVF_TRAIN_SEED,
-                                           bs->codebook, &cancel));
-        pfree(labels);
-    }
-    pfree(bs->sample);
+        TrainOnCpu(bs);
+    if (bs->sample != NULL)
+        pfree(bs->sample);
     bs->sample = NULL;
     /* the engines check this themselves; whichever trained, an index never
      * gets a centroid or codebook value a search cannot use */
@@ -725,10 +747,13 @@ gpuivfbuild(Relation heap, Relation index, IndexInfo *indexInfo)
         GpuivfCalibrate(index, heap, bs->calib);
     GpuivfAddSeconds(&bs->t_calibrate, &bs->phase_start);
     elog(DEBUG1, "gpuivf build of \"%s\": %lld rows, %d process%s; sample scan %.3f s (%lld rows sampled), "
-         "training %.3f s, encoding scan %.3f s (the leader waiting for the engine %.3f s, on the %s), "
+         "training %.3f s (%s), encoding scan %.3f s (the leader waiting for the engine %.3f s, on the %s), "
          "lists %.3f s (entries sorted %s), waiting for the GPU worker's load %.3f s, calibration %.3f s",
          RelationGetRelationName(index), (long long) bs->rows, Max(bs->participants, 1),
          bs->participants > 1 ? "es" : "", bs->t_sample, (long long) bs->sample_n, bs->t_train,
+         bs->rows == 0 ? "nothing to train" : bs->train_participants == 0 ? "on the GPU worker" :
+         psprintf("%d process%s: k-means %.3f s, residuals and PQ %.3f s", bs->train_participants,
+                  bs->train_participants > 1 ? "es" : "", bs->t_kmeans, bs->t_pq),
          bs->t_encode, bs->t_engine, bs->engine_on_gpu ? "GPU" : "CPU", bs->t_lists,
          bs->entries_in_memory ? "in memory" : "by a tuplesort", bs->t_load_wait, bs->t_calibrate);
     result->heap_tuples = bs->reltuples;

@@ -5,11 +5,13 @@
  *
  *   build.cpp           ambuild: the steps, training, the lists, the metapage
  *   build_sample.cpp    the sampling scan: the training sample by hash
+ *   build_train.cpp     training on the CPU, shared with the workers
  *   build_encode.cpp    the encoding scan of one participant: engines,
  *                       vector pages, the (list, id, code) entries
  *   build_parallel.cpp  the parallel contexts and the workers' entry point
  *
- * A *participant* is a process that scans part of the heap: the leader
+ * A *participant* is a process that scans part of the heap (or takes part
+ * of the training): the leader
  * alone in a serial build, else the leader and the launched workers.  The
  * index they produce is the same whatever their number, up to where the
  * vector tuples land (see build.cpp).
@@ -53,6 +55,28 @@ double      GpuivfSampleScan(GpuivfSampleArea *area, Relation heap, Relation ind
  * copied in key order into *sample (palloc'd; n x dims) */
 int64       GpuivfSampleAreaRows(const GpuivfSampleArea *area);
 int64       GpuivfSampleAreaTake(GpuivfSampleArea *area, float **sample);
+
+/* ------------------------------------------------------- build_train.cpp */
+
+/*
+ * What training on the CPU works on: the sample (its rows become residuals),
+ * the labels, the model being trained, and the command the leader has the
+ * participants work on.  In the training context's shared memory, or the
+ * leader's memory in a serial build.
+ */
+typedef struct GpuivfTrainArea GpuivfTrainArea;
+
+Size        GpuivfTrainAreaSize(int64 n, int dims, int lists, int pq_m, int pq_bits);
+/* the area in mem (of GpuivfTrainAreaSize), the sample (n x dims) copied in */
+GpuivfTrainArea *GpuivfTrainAreaInit(void *mem, const float *sample, int64 n, int dims, int lists,
+                                     int pq_m, int pq_bits);
+/* the leader: k-means, residuals, PQ into the caller's arrays (the
+ * seconds of the k-means and of the rest added to *t_kmeans, *t_pq); then
+ * the workers leave */
+void        GpuivfTrainOnCpu(GpuivfTrainArea *area, float *centroids, float *centroid_norms,
+                             float *codebook, double *t_kmeans, double *t_pq);
+/* a parallel worker of the training context */
+void        GpuivfTrainWorker(GpuivfTrainArea *area);
 
 /* ------------------------------------------------------ build_encode.cpp */
 
@@ -114,6 +138,16 @@ int         GpuivfBuildWorkers(Relation heap, Relation index);
 bool        GpuivfParallelSample(Relation heap, Relation index, IndexInfo *indexInfo, int nworkers,
                                  int dims, int64 k, gpuivf::Metric metric, double *reltuples,
                                  int64 *rows, float **sample, int64 *sample_n);
+/* The training context: nworkers workers take part in the training of the
+ * area (GpuivfTrainArea of `bytes`, in the context's shared memory, filled
+ * by init(mem, arg) before they start; *participants: the launched workers
+ * and the leader); NULL (nothing done) when no worker could be launched.
+ * GpuivfParallelEnd once GpuivfTrainOnCpu is done. */
+GpuivfParallelBuild *GpuivfParallelTrainBegin(Relation heap, Relation index, IndexInfo *indexInfo,
+                                              int nworkers, Size bytes,
+                                              GpuivfTrainArea *(*init) (void *mem, void *arg),
+                                              void *arg, GpuivfTrainArea **area,
+                                              int *participants);
 /* The encoding scan likewise; on success the leader's merge of every
  * participant's entries is in *sort (sorted), its calibration sample holds
  * every participant's, and the counters are summed. */

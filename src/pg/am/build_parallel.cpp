@@ -6,18 +6,23 @@
  * the table deserves (max_parallel_maintenance_workers, the table's
  * parallel_workers, its size), creates a ParallelContext, and the workers
  * and the leader share one parallel heap scan (table_beginscan_parallel).
- * Each of the build's two scans gets a context of its own:
+ * Each of the build's two scans gets a context of its own, and so does the
+ * training on the CPU in between:
  *
  *   sampling: every participant offers its rows to the sample area in the
  *             context's shared memory (build_sample.cpp), sized before the
  *             launch from the dims of the first vector;
+ *   training: the sample and the model being trained are in shared memory;
+ *             every participant labels blocks of rows for each k-means
+ *             iteration and trains PQ sub-quantizers, as the leader asks
+ *             (build_train.cpp);
  *   encoding: the model is in shared memory; every participant encodes its
  *             rows (CPU engine, or its own GPU worker job), writes and logs
  *             its own vector pages, hands its entries to its part of a
  *             shared tuplesort (merged by the leader, as btree's and
  *             ivfflat's builds do) and flattens its calibration sample.
  *
- * Between the two the leader trains alone.  maintenance_work_mem is shared
+ * Training on the GPU worker is the leader's alone.  maintenance_work_mem is shared
  * out as PostgreSQL's parallel builds do: each participant gets
  * maintenance_work_mem / (workers + 1).  When no worker can be launched the
  * build runs serially (the caller's path).
@@ -32,9 +37,11 @@
 #define PARALLEL_KEY_TUPLESORT      UINT64CONST(0xB1F0000000000004)
 #define PARALLEL_KEY_CALIB          UINT64CONST(0xB1F0000000000005)
 #define PARALLEL_KEY_QUERY_TEXT     UINT64CONST(0xB1F0000000000006)
+#define PARALLEL_KEY_TRAIN          UINT64CONST(0xB1F0000000000007)
 
 #define PHASE_SAMPLE    1
-#define PHASE_ENCODE    2
+#define PHASE_TRAIN     2
+#define PHASE_ENCODE    3
 
 /* The context's shared state; a ParallelTableScanDesc follows it. */
 typedef struct GpuivfBuildShared
@@ -88,6 +95,7 @@ typedef struct ContextChunks
     Size        model;
     Size        sort;
     Size        calib;
+    Size        train;
 } ContextChunks;
 
 /*
@@ -115,7 +123,8 @@ BeginParallel(Relation heap, Relation index, bool isconcurrent, int nworkers, in
                           table_parallelscan_estimate(heap, snapshot));
     shm_toc_estimate_chunk(&pcxt->estimator, est_shared);
     {
-        const Size  bytes[] = {chunks->sample, chunks->model, chunks->sort, chunks->calib};
+        const Size  bytes[] = {chunks->sample, chunks->model, chunks->sort, chunks->calib,
+                               chunks->train};
 
         for (Size b : bytes)
             if (b > 0)
@@ -279,6 +288,47 @@ GpuivfParallelSample(Relation heap, Relation index, IndexInfo *indexInfo, int nw
     *sample_n = GpuivfSampleAreaTake(si.area, sample);
     GpuivfParallelEnd(pb);
     return true;
+}
+
+/* ----------------------------------------------------------- training */
+
+typedef struct TrainInit
+{
+    Size        bytes;
+    GpuivfTrainArea *(*init) (void *mem, void *arg);
+    void       *arg;
+    GpuivfTrainArea *area;
+} TrainInit;
+
+static void
+InitTrainChunks(GpuivfParallelBuild *pb, shm_toc *toc, void *arg)
+{
+    TrainInit  *ti = (TrainInit *) arg;
+    void       *mem = shm_toc_allocate(toc, ti->bytes);
+
+    ti->area = ti->init(mem, ti->arg);
+    shm_toc_insert(toc, PARALLEL_KEY_TRAIN, mem);
+}
+
+GpuivfParallelBuild *
+GpuivfParallelTrainBegin(Relation heap, Relation index, IndexInfo *indexInfo, int nworkers,
+                         Size bytes, GpuivfTrainArea *(*init) (void *mem, void *arg), void *arg,
+                         GpuivfTrainArea **area, int *participants)
+{
+    ContextChunks chunks;
+    TrainInit   ti;
+    GpuivfParallelBuild *pb;
+
+    memset(&chunks, 0, sizeof(chunks));
+    chunks.train = ti.bytes = bytes;
+    ti.init = init;
+    ti.arg = arg;
+    ti.area = NULL;
+    pb = BeginParallel(heap, index, indexInfo->ii_Concurrent, nworkers, PHASE_TRAIN, &chunks, NULL,
+                       InitTrainChunks, &ti);
+    *area = pb != NULL ? ti.area : NULL;
+    *participants = pb != NULL ? pb->participants : 1;
+    return pb;
 }
 
 /* ----------------------------------------------------------- encoding */
@@ -486,6 +536,8 @@ GpuivfParallelBuildMain(dsm_segment *seg, shm_toc *toc)
 
         ReportDone(shared, reltuples, 0, false);
     }
+    else if (shared->phase == PHASE_TRAIN)
+        GpuivfTrainWorker((GpuivfTrainArea *) shm_toc_lookup(toc, PARALLEL_KEY_TRAIN, false));
     else
     {
         const float *m = (const float *) shm_toc_lookup(toc, PARALLEL_KEY_MODEL, false);

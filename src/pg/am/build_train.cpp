@@ -1,0 +1,380 @@
+/*
+ * am/build_train.cpp — training on the CPU: k-means (the coarse centroids),
+ * the sample's residuals, the PQ codebooks; shared with the build's
+ * parallel workers when it has any.
+ *
+ * The work comes in *commands* the leader publishes in a train area, each
+ * a number of items that every participant (the leader included) claims
+ * one at a time until none is left:
+ *
+ *   LABEL  blocks of GPUIVF_TRAIN_BLOCK rows of the sample: the nearest of
+ *          the current centroids of each (assign_nearest);
+ *   PQ     the sub-quantizers (pq_train_claimed);
+ *   EXIT   the workers leave.
+ *
+ * The leader steps the k-means itself (kmeans_begin/kmeans_step): LABEL for
+ * every Lloyd iteration, then once more for the residuals, then PQ.  A
+ * block starts at a multiple of kAssignRowBlock, so each row's label, and
+ * so every centroid and codebook, is the one a single process computes
+ * (serial and parallel builds train the same model; test/t/013).  A claim
+ * is tied to its command's generation (one atomic counter holds both), so a
+ * late worker never claims an item of a command it has not read.
+ *
+ * Without workers the area is the leader's memory and the leader claims
+ * everything: one path for both.  With them it is in the training context's
+ * shared memory (build_parallel.cpp) and the sample is copied there.  All
+ * waiting is in PostgreSQL code with no engine frame below it: an error or
+ * a cancel raised there (a worker's error is re-raised by the leader) never
+ * longjmps over the engine's objects; the k-means run is ended by PG_FINALLY.
+ */
+#include "gpuivf.h"
+#include "am/build.h"
+
+#define GPUIVF_TRAIN_BLOCK  (4 * gpuivf::kAssignRowBlock)  /* rows per LABEL item */
+
+#define TRAIN_IDLE  0
+#define TRAIN_LABEL 1
+#define TRAIN_PQ    2
+#define TRAIN_EXIT  3
+
+/* The area's head; the arrays follow it at the offsets below. */
+struct GpuivfTrainArea
+{
+    /* fixed before any command */
+    int         dims;
+    int         lists;
+    int         pq_m;
+    int         pq_bits;
+    int64       n;              /* sample rows */
+    Size        off_sample;     /* n * dims floats (residuals after LABEL of them) */
+    Size        off_labels;     /* n int32 */
+    Size        off_centroids;  /* lists * dims floats */
+    Size        off_norms;      /* lists floats */
+    Size        off_codebook;
+    /* the current command: under mutex */
+    slock_t     mutex;
+    uint32      generation;
+    int         command;
+    int64       items;          /* written before the generation is */
+    int64       label_rows;     /* LABEL: rows of the sample it labels */
+    ConditionVariable workcv;   /* a new command */
+    ConditionVariable donecv;   /* the last item is done */
+    pg_atomic_uint64 claim;     /* generation << 32 | next item */
+    pg_atomic_uint64 done;      /* items of the command done */
+};
+
+#define AREA_AT(area, off, type) ((type *) ((char *) (area) + (area)->off))
+
+/* Where the arrays go after the head (into *area when not NULL); the
+ * area's size. */
+static Size
+Layout(int64 n, int dims, int lists, int pq_m, int pq_bits, GpuivfTrainArea *area)
+{
+    const Size  bytes[] = {
+        mul_size(mul_size((Size) n, dims), sizeof(float)),          /* sample */
+        mul_size((Size) n, sizeof(int32)),                          /* labels */
+        mul_size(mul_size((Size) lists, dims), sizeof(float)),      /* centroids */
+        mul_size((Size) lists, sizeof(float)),                      /* norms */
+        mul_size(GpuivfCodebookFloats(dims, pq_m, pq_bits), sizeof(float)),
+    };
+    Size        off[lengthof(bytes)];
+    Size        size = MAXALIGN(sizeof(GpuivfTrainArea));
+
+    for (int i = 0; i < (int) lengthof(bytes); i++)
+    {
+        off[i] = size;
+        size = add_size(size, MAXALIGN(bytes[i]));
+    }
+    if (area != NULL)
+    {
+        area->off_sample = off[0];
+        area->off_labels = off[1];
+        area->off_centroids = off[2];
+        area->off_norms = off[3];
+        area->off_codebook = off[4];
+    }
+    return size;
+}
+
+Size
+GpuivfTrainAreaSize(int64 n, int dims, int lists, int pq_m, int pq_bits)
+{
+    return Layout(n, dims, lists, pq_m, pq_bits, NULL);
+}
+
+GpuivfTrainArea *
+GpuivfTrainAreaInit(void *mem, const float *sample, int64 n, int dims, int lists, int pq_m,
+                    int pq_bits)
+{
+    GpuivfTrainArea *area = (GpuivfTrainArea *) mem;
+
+    memset(area, 0, sizeof(GpuivfTrainArea));
+    area->dims = dims;
+    area->lists = lists;
+    area->pq_m = pq_m;
+    area->pq_bits = pq_bits;
+    area->n = n;
+    (void) Layout(n, dims, lists, pq_m, pq_bits, area);
+    memcpy(AREA_AT(area, off_sample, float), sample, (Size) n * dims * sizeof(float));
+    SpinLockInit(&area->mutex);
+    area->command = TRAIN_IDLE;
+    ConditionVariableInit(&area->workcv);
+    ConditionVariableInit(&area->donecv);
+    pg_atomic_init_u64(&area->claim, 0);
+    pg_atomic_init_u64(&area->done, 0);
+    return area;
+}
+
+/* ------------------------------------------------------- participants */
+
+/* The next item of generation gen's command, or -1 when none is left (or
+ * the leader has moved on to a newer command). */
+static int64
+ClaimItem(GpuivfTrainArea *area, uint32 gen, int64 items)
+{
+    uint64      cur = pg_atomic_read_u64(&area->claim);
+
+    for (;;)
+    {
+        if ((uint32) (cur >> 32) != gen || (int64) (cur & 0xFFFFFFFF) >= items)
+            return -1;
+        if (pg_atomic_compare_exchange_u64(&area->claim, &cur, cur + 1))
+            return (int64) (cur & 0xFFFFFFFF);
+    }
+}
+
+static void
+ItemsDone(GpuivfTrainArea *area, int64 count, int64 items)
+{
+    if (count > 0 && (int64) pg_atomic_add_fetch_u64(&area->done, (uint64) count) == items)
+        ConditionVariableSignal(&area->donecv);
+}
+
+/* pq_train_claimed's claim: the next sub-quantizer, counted. */
+typedef struct PqClaim
+{
+    GpuivfTrainArea *area;
+    uint32      gen;
+    int64       claimed;
+} PqClaim;
+
+static int64_t
+NextSubQuantizer(void *arg)
+{
+    PqClaim    *c = (PqClaim *) arg;
+    int64       j = ClaimItem(c->area, c->gen, c->area->pq_m);
+
+    if (j >= 0)
+        c->claimed++;
+    return j;
+}
+
+/* Work on generation gen's command until none of its items is left. */
+static void
+Participate(GpuivfTrainArea *area, uint32 gen, int command, int64 items)
+{
+    gpuivf::CancelHook cancel = GpuivfCancelHook();
+    int         d = area->dims;
+    float      *sample = AREA_AT(area, off_sample, float);
+
+    if (command == TRAIN_LABEL)
+    {
+        int64       rows = area->label_rows;
+        int64       b;
+
+        while ((b = ClaimItem(area, gen, items)) >= 0)
+        {
+            int64       r0 = b * GPUIVF_TRAIN_BLOCK;
+            int64       len = Min((int64) GPUIVF_TRAIN_BLOCK, rows - r0);
+
+            GpuivfRaiseStatus(gpuivf::assign_nearest(AREA_AT(area, off_centroids, float),
+                                                     AREA_AT(area, off_norms, float), area->lists,
+                                                     d, sample + r0 * d, len,
+                                                     AREA_AT(area, off_labels, int32) + r0, NULL,
+                                                     &cancel));
+            ItemsDone(area, 1, items);
+        }
+    }
+    else if (command == TRAIN_PQ)
+    {
+        PqClaim     claim = {area, gen, 0};
+        gpuivf::WorkClaim wc = {NextSubQuantizer, &claim};
+
+        GpuivfRaiseStatus(gpuivf::pq_train_claimed(sample, area->n, d, area->pq_m, area->pq_bits,
+                                                   GPUIVF_TRAIN_SEED,
+                                                   AREA_AT(area, off_codebook, float), &wc,
+                                                   &cancel));
+        ItemsDone(area, claim.claimed, items);
+    }
+}
+
+/* A parallel worker of the training context: every command until EXIT. */
+void
+GpuivfTrainWorker(GpuivfTrainArea *area)
+{
+    uint32      seen = 0;
+
+    for (;;)
+    {
+        uint32      gen;
+        int         command;
+        int64       items;
+
+        SpinLockAcquire(&area->mutex);
+        gen = area->generation;
+        command = area->command;
+        items = area->items;
+        SpinLockRelease(&area->mutex);
+        if (gen == seen)
+        {
+            ConditionVariableSleep(&area->workcv, WAIT_EVENT_PARALLEL_CREATE_INDEX_SCAN);
+            continue;
+        }
+        ConditionVariableCancelSleep();
+        seen = gen;
+        if (command == TRAIN_EXIT)
+            break;
+        Participate(area, gen, command, items);
+    }
+}
+
+/* ------------------------------------------------------------- leader */
+
+/* Publish a command of `items` items, do the leader's share, wait for the
+ * rest. */
+static void
+RunCommand(GpuivfTrainArea *area, int command, int64 items)
+{
+    uint32      gen;
+
+    Assert(items < ((int64) 1 << 32));
+    pg_atomic_write_u64(&area->done, 0);
+    gen = area->generation + 1;     /* only the leader writes it */
+    /* claims open before a worker can read gen below; a full barrier, so
+     * whoever claims an item of gen sees the centroids and rows written
+     * before */
+    (void) pg_atomic_exchange_u64(&area->claim, (uint64) gen << 32);
+    SpinLockAcquire(&area->mutex);
+    area->generation = gen;
+    area->command = command;
+    area->items = items;
+    SpinLockRelease(&area->mutex);
+    ConditionVariableBroadcast(&area->workcv);
+    if (command == TRAIN_EXIT)
+        return;
+
+    Participate(area, gen, command, items);
+    while ((int64) pg_atomic_read_u64(&area->done) < items)
+        ConditionVariableSleep(&area->donecv, WAIT_EVENT_PARALLEL_CREATE_INDEX_SCAN);
+    ConditionVariableCancelSleep();
+    pg_read_barrier();          /* the workers' labels and codebooks */
+}
+
+/* Label `rows` rows of the area's sample against its centroids (norms
+ * computed here) into its labels. */
+static void
+LabelSample(GpuivfTrainArea *area, int64 rows)
+{
+    gpuivf::row_norms(AREA_AT(area, off_centroids, float), area->lists, area->dims,
+                      AREA_AT(area, off_norms, float));
+    area->label_rows = rows;
+    RunCommand(area, TRAIN_LABEL, (rows + GPUIVF_TRAIN_BLOCK - 1) / GPUIVF_TRAIN_BLOCK);
+}
+
+/* The coarse k-means, stepped here: each Lloyd iteration's labels come from
+ * LabelSample (or, when the run trains on its own subsample of the sample,
+ * from one assign_nearest of it in the leader). */
+static void
+TrainCentroids(GpuivfTrainArea *area)
+{
+    gpuivf::CancelHook cancel = GpuivfCancelHook();
+    gpuivf::KMeansParams params = gpuivf::kmeans_default_params();
+    float      *sample = AREA_AT(area, off_sample, float);
+    float      *centroids = AREA_AT(area, off_centroids, float);
+    gpuivf::KMeansRun *run;
+    gpuivf::Status st;
+    int32      *own_labels = NULL;
+
+    params.seed = GPUIVF_TRAIN_SEED;
+    run = gpuivf::kmeans_begin(sample, area->n, area->dims, area->lists, params, centroids,
+                               &cancel, &st);
+    if (run == NULL)
+        GpuivfRaiseStatus(st);
+    PG_TRY();
+    {
+        const float *rows;
+        int64_t     nrows;
+
+        while (gpuivf::kmeans_wants_labels(run, &rows, &nrows))
+        {
+            const int32 *labels;
+
+            if (rows == sample)
+            {
+                LabelSample(area, nrows);
+                labels = AREA_AT(area, off_labels, int32);
+            }
+            else
+            {
+                if (own_labels == NULL)
+                    own_labels = (int32 *) palloc_extended((Size) nrows * sizeof(int32),
+                                                           MCXT_ALLOC_HUGE);
+                gpuivf::row_norms(centroids, area->lists, area->dims,
+                                  AREA_AT(area, off_norms, float));
+                GpuivfRaiseStatus(gpuivf::assign_nearest(centroids, AREA_AT(area, off_norms, float),
+                                                         area->lists, area->dims, rows, nrows,
+                                                         own_labels, NULL, &cancel));
+                labels = own_labels;
+            }
+            GpuivfRaiseStatus(gpuivf::kmeans_step(run, labels));
+        }
+    }
+    PG_FINALLY();
+    {
+        gpuivf::kmeans_end(run);
+    }
+    PG_END_TRY();
+    if (own_labels != NULL)
+        pfree(own_labels);
+}
+
+/*
+ * k-means, residuals and PQ codebooks of the area's sample (its rows become
+ * residuals) into centroids, norms and codebook (the caller's arrays); the
+ * seconds of the k-means and of the rest are added to *t_kmeans, *t_pq.
+ */
+void
+GpuivfTrainOnCpu(GpuivfTrainArea *area, float *centroids, float *centroid_norms, float *codebook,
+                 double *t_kmeans, double *t_pq)
+{
+    int         d = area->dims;
+    int64       n = area->n;
+    float      *sample = AREA_AT(area, off_sample, float);
+    const float *trained = AREA_AT(area, off_centroids, float);
+    const int32 *labels = AREA_AT(area, off_labels, int32);
+
+    instr_time  start;
+
+    INSTR_TIME_SET_CURRENT(start);
+    TrainCentroids(area);
+    GpuivfAddSeconds(t_kmeans, &start);
+
+    pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, GPUIVF_PHASE_PQ);
+    LabelSample(area, n);
+    for (int64 i = 0; i < n; i++)
+    {
+        float      *x = sample + i * d;
+        const float *c = trained + (int64) labels[i] * d;
+
+        for (int j = 0; j < d; j++)
+            x[j] -= c[j];
+    }
+    RunCommand(area, TRAIN_PQ, area->pq_m);
+    RunCommand(area, TRAIN_EXIT, 0);
+    GpuivfAddSeconds(t_pq, &start);
+
+    memcpy(centroids, trained, (Size) area->lists * d * sizeof(float));
+    memcpy(centroid_norms, AREA_AT(area, off_norms, float), (Size) area->lists * sizeof(float));
+    memcpy(codebook, AREA_AT(area, off_codebook, float),
+           GpuivfCodebookFloats(d, area->pq_m, area->pq_bits) * sizeof(float));
+}
