@@ -1,7 +1,8 @@
 
 # CREATE INDEX with parallel workers (PostgreSQL's parallel index build
-# machinery: both heap scans and the training on the CPU shared by the
-# workers and the leader) builds the index a serial build builds: the
+# machinery: both heap scans, the training on the CPU and the calibration's
+# exact top-100 on the CPU shared by the workers and the leader) builds the
+# index a serial build builds: the
 # training sample is chosen by a hash of the heap TID and the shared training
 # computes what one process does, so the model (bit for bit), every row's
 # list and code and the list sizes are the same; only where a vector tuple
@@ -67,6 +68,25 @@ sub build_outcome
 		$node->safe_psql('postgres', "SELECT gpuivf_index_info('$name') -> 'calibration' -> 'curve'"));
 }
 
+# What a calibration stored (its curves, the probes a scan uses, not when
+# it was measured), and the same after gpuivf_calibrate measured again on
+# the index's rows in one process (the sample is chosen by hash: the same
+# rows).
+sub calibration_of
+{
+	my ($name) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT jsonb_build_array((gpuivf_index_info('$name') -> 'calibration') - 'measured_at', "
+		  . "gpuivf_index_info('$name') -> 'probes')");
+}
+
+sub recalibrated
+{
+	my ($name) = @_;
+	$node->safe_psql('postgres', "SET max_parallel_maintenance_workers = 0; SELECT gpuivf_calibrate('$name', NULL)");
+	return calibration_of($name);
+}
+
 for my $rerank ('true', 'false')
 {
 	my $with = "lists = 40, rerank = $rerank";
@@ -77,10 +97,22 @@ for my $rerank ('true', 'false')
 	$node->safe_psql('postgres', 'DROP INDEX items_serial');
 	my ($log_p, $sizes_p, $ans_p, $curve_p) = build('items_parallel', 2, $with);
 	my $launches = () = $log_p =~ /uses 2 parallel workers/g;
-	is($launches, 3, "rerank = $rerank: the parallel build launched two workers for each scan and for the training");
+	# the exact top-100 is shared out over the vector pages; without them
+	# the leader reads the rows from the heap alone
+	my $contexts = $rerank eq 'true' ? 4 : 3;
+	is($launches, $contexts,
+		"rerank = $rerank: the parallel build launched two workers for each scan, the training"
+		  . ($rerank eq 'true' ? ' and the calibration\'s exact top-100' : ''));
 	like($log_p, qr/gpuivf build of "items_parallel": 30000 rows, 3 processes;.* training [\d.]+ s \(3 processes:/,
 		"rerank = $rerank: its scans and its training ran in three processes");
 	is(model_digest($node, 'items_parallel'), $model_s, "rerank = $rerank: the same centroids and codebooks, bit for bit");
+	if ($rerank eq 'true')
+	{
+		like($log_p, qr/calibrated on 200 queries from rows.*exact top-100 on the CPU \(3 processes\)/,
+			'rerank = true: the calibration\'s exact top-100 ran in three processes');
+		is(calibration_of('items_parallel'), recalibrated('items_parallel'),
+			'rerank = true: the same calibration (curves, probes) as one process measures on the same index');
+	}
 	is($sizes_p, $sizes_s, "rerank = $rerank: the same model: the same list sizes");
 	if ($rerank eq 'false')
 	{
@@ -113,7 +145,9 @@ for my $rerank ('true', 'false')
 # tiles, and with 100 lists the k-means trains on the whole sample (no
 # subsample of its own): the participants label blocks of the sample for
 # every iteration.  Their labels are those of one process: the same model
-# bit for bit, with one worker and with two.
+# bit for bit, with one worker and with two.  The calibration's exact
+# top-100, merged from the participants' parts, is that of one process: the
+# build stores the calibration that measuring again alone stores.
 {
 	my $wide = generate_data(rows => 12000, dims => 32, seed => 12);
 	load_vectors($node, 'wide', $wide->{base_copy});
@@ -127,6 +161,17 @@ for my $rerank ('true', 'false')
 		is($ret, 0, "32 dimensions, 100 lists: CREATE INDEX with $workers workers");
 		my $procs = $workers + 1;
 		like($err, qr/training [\d.]+ s \($procs process(es)?:/, "trained in $procs process(es)");
+		if ($workers > 0)
+		{
+			like($err, qr/exact top-100 on the CPU \($procs processes\)/,
+				"the calibration's exact top-100 in $procs processes");
+		}
+		else
+		{
+			like($err, qr/exact top-100 on the CPU \d/, 'the calibration\'s exact top-100 in one process');
+		}
+		is(calibration_of('wide_idx'), recalibrated('wide_idx'),
+			"$workers workers: the calibration one process measures on the same index");
 		$digest{$workers} = model_digest($node, 'wide_idx');
 		$node->safe_psql('postgres', 'DROP INDEX wide_idx');
 	}

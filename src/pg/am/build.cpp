@@ -15,7 +15,8 @@
  *      tuplesort) become one chain of consecutive pages per list, then the
  *      directory, then the final metapage;
  *   7. the calibration measures the recall curve.
- * Steps 2 and 5 are run by parallel workers and the leader together when
+ * Steps 2 and 5 (and step 4 and the exact top-k of step 7 when they run on
+ * the CPU) are run by parallel workers and the leader together when
  * plan_create_index_workers allows (build_parallel.cpp), else by the
  * leader alone; either way the sample, the model and every row's list and
  * code are the same (fixed seeds; the sample is chosen by hash), and only
@@ -742,9 +743,16 @@ gpuivfbuild(Relation heap, Relation index, IndexInfo *indexInfo)
         GpuivfWorkerLoadWait(index);
         GpuivfAddSeconds(&bs->t_load_wait, &t0);
     }
-    /* a fresh index is tuned before its first ANALYZE */
+    /* a fresh index is tuned before its first ANALYZE; its exact top-k on
+     * the CPU shared with parallel workers when it has them */
     if (bs->rows > 0)
-        GpuivfCalibrate(index, heap, bs->calib);
+    {
+        GpuivfTruthHelpers helpers;
+
+        if (bs->workers > 0)
+            GpuivfBuildTruthHelpers(heap, index, indexInfo, bs->workers, &helpers);
+        GpuivfCalibrate(index, heap, bs->calib, bs->workers > 0 ? &helpers : NULL);
+    }
     GpuivfAddSeconds(&bs->t_calibrate, &bs->phase_start);
     elog(DEBUG1, "gpuivf build of \"%s\": %lld rows, %d process%s; sample scan %.3f s (%lld rows sampled), "
          "training %.3f s (%s), encoding scan %.3f s (the leader waiting for the engine %.3f s, on the %s), "

@@ -5,7 +5,10 @@
  *
  *   build.cpp           ambuild: the steps, training, the lists, the metapage
  *   build_sample.cpp    the sampling scan: the training sample by hash
+ *   build_commands.cpp  the commands the leader has the workers work on
  *   build_train.cpp     training on the CPU, shared with the workers
+ *   build_truth.cpp     the calibration's exact top-k on the CPU, shared
+ *                       with the workers
  *   build_encode.cpp    the encoding scan of one participant: engines,
  *                       vector pages, the (list, id, code) entries
  *   build_parallel.cpp  the parallel contexts and the workers' entry point
@@ -56,6 +59,41 @@ double      GpuivfSampleScan(GpuivfSampleArea *area, Relation heap, Relation ind
 int64       GpuivfSampleAreaRows(const GpuivfSampleArea *area);
 int64       GpuivfSampleAreaTake(GpuivfSampleArea *area, float **sample);
 
+/* ---------------------------------------------------- build_commands.cpp */
+
+/* A command of `items` items that the leader publishes and every
+ * participant claims items of (in shared memory, or the leader's memory
+ * when it works alone). */
+typedef struct GpuivfCommands
+{
+    slock_t     mutex;          /* the current command: */
+    uint32      generation;
+    int         command;
+    int64       items;          /* written before the generation is */
+    ConditionVariable workcv;   /* a new command */
+    ConditionVariable donecv;   /* the last item is done */
+    pg_atomic_uint64 claim;     /* generation << 32 | next item */
+    pg_atomic_uint64 done;      /* items of the command done */
+} GpuivfCommands;
+
+#define GPUIVF_COMMAND_IDLE 0
+#define GPUIVF_COMMAND_EXIT 1   /* the workers leave; users number theirs above */
+
+/* One participant's work on generation gen's command (claiming its items
+ * until none is left, GpuivfItemsDone for those it did). */
+typedef void (*GpuivfParticipateFn) (GpuivfCommands *cmds, uint32 gen, int command, int64 items,
+                                     void *arg);
+
+void        GpuivfCommandsInit(GpuivfCommands *cmds);
+/* the next item of gen's command, -1 when none is left */
+int64       GpuivfClaimItem(GpuivfCommands *cmds, uint32 gen, int64 items);
+void        GpuivfItemsDone(GpuivfCommands *cmds, int64 count, int64 items);
+/* the leader: publish, do its share, wait for every item */
+void        GpuivfRunCommand(GpuivfCommands *cmds, int command, int64 items,
+                             GpuivfParticipateFn participate, void *arg);
+/* a worker: every command until EXIT */
+void        GpuivfServeCommands(GpuivfCommands *cmds, GpuivfParticipateFn participate, void *arg);
+
 /* ------------------------------------------------------- build_train.cpp */
 
 /*
@@ -77,6 +115,21 @@ void        GpuivfTrainOnCpu(GpuivfTrainArea *area, float *centroids, float *cen
                              float *codebook, double *t_kmeans, double *t_pq);
 /* a parallel worker of the training context */
 void        GpuivfTrainWorker(GpuivfTrainArea *area);
+
+/* ------------------------------------------------------- build_truth.cpp */
+
+/*
+ * The calibration's exact top-k on the CPU at the end of a parallel build:
+ * a context of its own whose participants claim ranges of the index's
+ * vector pages (GpuivfExactKnnPart) while the leader merges their parts.
+ * GpuivfBuildTruthHelpers fills helpers for GpuivfCalibrate.
+ */
+typedef struct GpuivfTruthArea GpuivfTruthArea;
+
+void        GpuivfBuildTruthHelpers(Relation heap, Relation index, IndexInfo *indexInfo,
+                                    int nworkers, GpuivfTruthHelpers *helpers);
+/* a parallel worker of the truth context */
+void        GpuivfTruthWorker(GpuivfTruthArea *area, Relation index);
 
 /* ------------------------------------------------------ build_encode.cpp */
 
@@ -147,6 +200,11 @@ GpuivfParallelBuild *GpuivfParallelTrainBegin(Relation heap, Relation index, Ind
                                               int nworkers, Size bytes,
                                               GpuivfTrainArea *(*init) (void *mem, void *arg),
                                               void *arg, GpuivfTrainArea **area,
+                                              int *participants);
+/* The truth context likewise (a GpuivfTruthArea of `bytes`). */
+GpuivfParallelBuild *GpuivfParallelTruthBegin(Relation heap, Relation index, bool isconcurrent,
+                                              int nworkers, Size bytes,
+                                              void (*init) (void *mem, void *arg), void *arg,
                                               int *participants);
 /* The encoding scan likewise; on success the leader's merge of every
  * participant's entries is in *sort (sorted), its calibration sample holds

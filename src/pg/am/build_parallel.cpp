@@ -20,7 +20,10 @@
  *             rows (CPU engine, or its own GPU worker job), writes and logs
  *             its own vector pages, hands its entries to its part of a
  *             shared tuplesort (merged by the leader, as btree's and
- *             ivfflat's builds do) and flattens its calibration sample.
+ *             ivfflat's builds do) and flattens its calibration sample;
+ *   truth:    the calibration's queries are in shared memory; every
+ *             participant computes the exact top-k of the rows of the vector
+ *             pages it claims (build_truth.cpp).
  *
  * Training on the GPU worker is the leader's alone.  maintenance_work_mem is shared
  * out as PostgreSQL's parallel builds do: each participant gets
@@ -38,10 +41,12 @@
 #define PARALLEL_KEY_CALIB          UINT64CONST(0xB1F0000000000005)
 #define PARALLEL_KEY_QUERY_TEXT     UINT64CONST(0xB1F0000000000006)
 #define PARALLEL_KEY_TRAIN          UINT64CONST(0xB1F0000000000007)
+#define PARALLEL_KEY_TRUTH          UINT64CONST(0xB1F0000000000008)
 
 #define PHASE_SAMPLE    1
 #define PHASE_TRAIN     2
 #define PHASE_ENCODE    3
+#define PHASE_TRUTH     4
 
 /* The context's shared state; a ParallelTableScanDesc follows it. */
 typedef struct GpuivfBuildShared
@@ -95,7 +100,7 @@ typedef struct ContextChunks
     Size        model;
     Size        sort;
     Size        calib;
-    Size        train;
+    Size        area;           /* training's or the exact top-k's */
 } ContextChunks;
 
 /*
@@ -124,7 +129,7 @@ BeginParallel(Relation heap, Relation index, bool isconcurrent, int nworkers, in
     shm_toc_estimate_chunk(&pcxt->estimator, est_shared);
     {
         const Size  bytes[] = {chunks->sample, chunks->model, chunks->sort, chunks->calib,
-                               chunks->train};
+                               chunks->area};
 
         for (Size b : bytes)
             if (b > 0)
@@ -290,24 +295,61 @@ GpuivfParallelSample(Relation heap, Relation index, IndexInfo *indexInfo, int nw
     return true;
 }
 
-/* ----------------------------------------------------------- training */
+/* ------------------------------------------------ training, exact top-k */
+
+/* A context whose shared memory is one area (filled by init before the
+ * workers start) that the leader has them work on by commands. */
+typedef struct AreaInit
+{
+    Size        bytes;
+    uint64      key;
+    void        (*init) (void *mem, void *arg);
+    void       *arg;
+} AreaInit;
+
+static void
+InitAreaChunk(GpuivfParallelBuild *pb, shm_toc *toc, void *arg)
+{
+    AreaInit   *ai = (AreaInit *) arg;
+    void       *mem = shm_toc_allocate(toc, ai->bytes);
+
+    ai->init(mem, ai->arg);
+    shm_toc_insert(toc, ai->key, mem);
+}
+
+static GpuivfParallelBuild *
+BeginAreaContext(Relation heap, Relation index, bool isconcurrent, int nworkers, int phase,
+                 uint64 key, Size bytes, void (*init) (void *mem, void *arg), void *arg,
+                 int *participants)
+{
+    ContextChunks chunks;
+    AreaInit    ai;
+    GpuivfParallelBuild *pb;
+
+    memset(&chunks, 0, sizeof(chunks));
+    chunks.area = ai.bytes = bytes;
+    ai.key = key;
+    ai.init = init;
+    ai.arg = arg;
+    pb = BeginParallel(heap, index, isconcurrent, nworkers, phase, &chunks, NULL, InitAreaChunk,
+                       &ai);
+    *participants = pb != NULL ? pb->participants : 1;
+    return pb;
+}
 
 typedef struct TrainInit
 {
-    Size        bytes;
     GpuivfTrainArea *(*init) (void *mem, void *arg);
     void       *arg;
     GpuivfTrainArea *area;
 } TrainInit;
 
 static void
-InitTrainChunks(GpuivfParallelBuild *pb, shm_toc *toc, void *arg)
+InitTrainArea(void *mem, void *arg)
 {
     TrainInit  *ti = (TrainInit *) arg;
-    void       *mem = shm_toc_allocate(toc, ti->bytes);
 
     ti->area = ti->init(mem, ti->arg);
-    shm_toc_insert(toc, PARALLEL_KEY_TRAIN, mem);
 }
 
 GpuivfParallelBuild *
@@ -315,20 +357,22 @@ GpuivfParallelTrainBegin(Relation heap, Relation index, IndexInfo *indexInfo, in
                          Size bytes, GpuivfTrainArea *(*init) (void *mem, void *arg), void *arg,
                          GpuivfTrainArea **area, int *participants)
 {
-    ContextChunks chunks;
-    TrainInit   ti;
+    TrainInit   ti = {init, arg, NULL};
     GpuivfParallelBuild *pb;
 
-    memset(&chunks, 0, sizeof(chunks));
-    chunks.train = ti.bytes = bytes;
-    ti.init = init;
-    ti.arg = arg;
-    ti.area = NULL;
-    pb = BeginParallel(heap, index, indexInfo->ii_Concurrent, nworkers, PHASE_TRAIN, &chunks, NULL,
-                       InitTrainChunks, &ti);
+    pb = BeginAreaContext(heap, index, indexInfo->ii_Concurrent, nworkers, PHASE_TRAIN,
+                          PARALLEL_KEY_TRAIN, bytes, InitTrainArea, &ti, participants);
     *area = pb != NULL ? ti.area : NULL;
-    *participants = pb != NULL ? pb->participants : 1;
     return pb;
+}
+
+GpuivfParallelBuild *
+GpuivfParallelTruthBegin(Relation heap, Relation index, bool isconcurrent, int nworkers,
+                         Size bytes, void (*init) (void *mem, void *arg), void *arg,
+                         int *participants)
+{
+    return BeginAreaContext(heap, index, isconcurrent, nworkers, PHASE_TRUTH, PARALLEL_KEY_TRUTH,
+                            bytes, init, arg, participants);
 }
 
 /* ----------------------------------------------------------- encoding */
@@ -538,6 +582,8 @@ GpuivfParallelBuildMain(dsm_segment *seg, shm_toc *toc)
     }
     else if (shared->phase == PHASE_TRAIN)
         GpuivfTrainWorker((GpuivfTrainArea *) shm_toc_lookup(toc, PARALLEL_KEY_TRAIN, false));
+    else if (shared->phase == PHASE_TRUTH)
+        GpuivfTruthWorker((GpuivfTruthArea *) shm_toc_lookup(toc, PARALLEL_KEY_TRUTH, false), index);
     else
     {
         const float *m = (const float *) shm_toc_lookup(toc, PARALLEL_KEY_MODEL, false);

@@ -3,9 +3,9 @@
  * the sample's residuals, the PQ codebooks; shared with the build's
  * parallel workers when it has any.
  *
- * The work comes in *commands* the leader publishes in a train area, each
- * a number of items that every participant (the leader included) claims
- * one at a time until none is left:
+ * The work comes in commands (build_commands.cpp) the leader publishes in
+ * the train area, each a number of items that every participant (the
+ * leader included) claims one at a time until none is left:
  *
  *   LABEL  blocks of GPUIVF_TRAIN_BLOCK rows of the sample: the nearest of
  *          the current centroids of each (assign_nearest);
@@ -16,26 +16,20 @@
  * every Lloyd iteration, then once more for the residuals, then PQ.  A
  * block starts at a multiple of kAssignRowBlock, so each row's label, and
  * so every centroid and codebook, is the one a single process computes
- * (serial and parallel builds train the same model; test/t/013).  A claim
- * is tied to its command's generation (one atomic counter holds both), so a
- * late worker never claims an item of a command it has not read.
+ * (serial and parallel builds train the same model; test/t/013).
  *
  * Without workers the area is the leader's memory and the leader claims
  * everything: one path for both.  With them it is in the training context's
- * shared memory (build_parallel.cpp) and the sample is copied there.  All
- * waiting is in PostgreSQL code with no engine frame below it: an error or
- * a cancel raised there (a worker's error is re-raised by the leader) never
- * longjmps over the engine's objects; the k-means run is ended by PG_FINALLY.
+ * shared memory (build_parallel.cpp) and the sample is copied there.  The
+ * k-means run is ended by PG_FINALLY.
  */
 #include "gpuivf.h"
 #include "am/build.h"
 
 #define GPUIVF_TRAIN_BLOCK  (4 * gpuivf::kAssignRowBlock)  /* rows per LABEL item */
 
-#define TRAIN_IDLE  0
-#define TRAIN_LABEL 1
-#define TRAIN_PQ    2
-#define TRAIN_EXIT  3
+#define TRAIN_LABEL (GPUIVF_COMMAND_EXIT + 1)
+#define TRAIN_PQ    (GPUIVF_COMMAND_EXIT + 2)
 
 /* The area's head; the arrays follow it at the offsets below. */
 struct GpuivfTrainArea
@@ -51,16 +45,8 @@ struct GpuivfTrainArea
     Size        off_centroids;  /* lists * dims floats */
     Size        off_norms;      /* lists floats */
     Size        off_codebook;
-    /* the current command: under mutex */
-    slock_t     mutex;
-    uint32      generation;
-    int         command;
-    int64       items;          /* written before the generation is */
+    GpuivfCommands cmds;
     int64       label_rows;     /* LABEL: rows of the sample it labels */
-    ConditionVariable workcv;   /* a new command */
-    ConditionVariable donecv;   /* the last item is done */
-    pg_atomic_uint64 claim;     /* generation << 32 | next item */
-    pg_atomic_uint64 done;      /* items of the command done */
 };
 
 #define AREA_AT(area, off, type) ((type *) ((char *) (area) + (area)->off))
@@ -116,39 +102,11 @@ GpuivfTrainAreaInit(void *mem, const float *sample, int64 n, int dims, int lists
     area->n = n;
     (void) Layout(n, dims, lists, pq_m, pq_bits, area);
     memcpy(AREA_AT(area, off_sample, float), sample, (Size) n * dims * sizeof(float));
-    SpinLockInit(&area->mutex);
-    area->command = TRAIN_IDLE;
-    ConditionVariableInit(&area->workcv);
-    ConditionVariableInit(&area->donecv);
-    pg_atomic_init_u64(&area->claim, 0);
-    pg_atomic_init_u64(&area->done, 0);
+    GpuivfCommandsInit(&area->cmds);
     return area;
 }
 
 /* ------------------------------------------------------- participants */
-
-/* The next item of generation gen's command, or -1 when none is left (or
- * the leader has moved on to a newer command). */
-static int64
-ClaimItem(GpuivfTrainArea *area, uint32 gen, int64 items)
-{
-    uint64      cur = pg_atomic_read_u64(&area->claim);
-
-    for (;;)
-    {
-        if ((uint32) (cur >> 32) != gen || (int64) (cur & 0xFFFFFFFF) >= items)
-            return -1;
-        if (pg_atomic_compare_exchange_u64(&area->claim, &cur, cur + 1))
-            return (int64) (cur & 0xFFFFFFFF);
-    }
-}
-
-static void
-ItemsDone(GpuivfTrainArea *area, int64 count, int64 items)
-{
-    if (count > 0 && (int64) pg_atomic_add_fetch_u64(&area->done, (uint64) count) == items)
-        ConditionVariableSignal(&area->donecv);
-}
 
 /* pq_train_claimed's claim: the next sub-quantizer, counted. */
 typedef struct PqClaim
@@ -162,7 +120,7 @@ static int64_t
 NextSubQuantizer(void *arg)
 {
     PqClaim    *c = (PqClaim *) arg;
-    int64       j = ClaimItem(c->area, c->gen, c->area->pq_m);
+    int64       j = GpuivfClaimItem(&c->area->cmds, c->gen, c->area->pq_m);
 
     if (j >= 0)
         c->claimed++;
@@ -171,8 +129,9 @@ NextSubQuantizer(void *arg)
 
 /* Work on generation gen's command until none of its items is left. */
 static void
-Participate(GpuivfTrainArea *area, uint32 gen, int command, int64 items)
+Participate(GpuivfCommands *cmds, uint32 gen, int command, int64 items, void *arg)
 {
+    GpuivfTrainArea *area = (GpuivfTrainArea *) arg;
     gpuivf::CancelHook cancel = GpuivfCancelHook();
     int         d = area->dims;
     float      *sample = AREA_AT(area, off_sample, float);
@@ -182,7 +141,7 @@ Participate(GpuivfTrainArea *area, uint32 gen, int command, int64 items)
         int64       rows = area->label_rows;
         int64       b;
 
-        while ((b = ClaimItem(area, gen, items)) >= 0)
+        while ((b = GpuivfClaimItem(cmds, gen, items)) >= 0)
         {
             int64       r0 = b * GPUIVF_TRAIN_BLOCK;
             int64       len = Min((int64) GPUIVF_TRAIN_BLOCK, rows - r0);
@@ -192,7 +151,7 @@ Participate(GpuivfTrainArea *area, uint32 gen, int command, int64 items)
                                                      d, sample + r0 * d, len,
                                                      AREA_AT(area, off_labels, int32) + r0, NULL,
                                                      &cancel));
-            ItemsDone(area, 1, items);
+            GpuivfItemsDone(cmds, 1, items);
         }
     }
     else if (command == TRAIN_PQ)
@@ -204,7 +163,7 @@ Participate(GpuivfTrainArea *area, uint32 gen, int command, int64 items)
                                                    GPUIVF_TRAIN_SEED,
                                                    AREA_AT(area, off_codebook, float), &wc,
                                                    &cancel));
-        ItemsDone(area, claim.claimed, items);
+        GpuivfItemsDone(cmds, claim.claimed, items);
     }
 }
 
@@ -212,62 +171,15 @@ Participate(GpuivfTrainArea *area, uint32 gen, int command, int64 items)
 void
 GpuivfTrainWorker(GpuivfTrainArea *area)
 {
-    uint32      seen = 0;
-
-    for (;;)
-    {
-        uint32      gen;
-        int         command;
-        int64       items;
-
-        SpinLockAcquire(&area->mutex);
-        gen = area->generation;
-        command = area->command;
-        items = area->items;
-        SpinLockRelease(&area->mutex);
-        if (gen == seen)
-        {
-            ConditionVariableSleep(&area->workcv, WAIT_EVENT_PARALLEL_CREATE_INDEX_SCAN);
-            continue;
-        }
-        ConditionVariableCancelSleep();
-        seen = gen;
-        if (command == TRAIN_EXIT)
-            break;
-        Participate(area, gen, command, items);
-    }
+    GpuivfServeCommands(&area->cmds, Participate, area);
 }
 
 /* ------------------------------------------------------------- leader */
 
-/* Publish a command of `items` items, do the leader's share, wait for the
- * rest. */
 static void
 RunCommand(GpuivfTrainArea *area, int command, int64 items)
 {
-    uint32      gen;
-
-    Assert(items < ((int64) 1 << 32));
-    pg_atomic_write_u64(&area->done, 0);
-    gen = area->generation + 1;     /* only the leader writes it */
-    /* claims open before a worker can read gen below; a full barrier, so
-     * whoever claims an item of gen sees the centroids and rows written
-     * before */
-    (void) pg_atomic_exchange_u64(&area->claim, (uint64) gen << 32);
-    SpinLockAcquire(&area->mutex);
-    area->generation = gen;
-    area->command = command;
-    area->items = items;
-    SpinLockRelease(&area->mutex);
-    ConditionVariableBroadcast(&area->workcv);
-    if (command == TRAIN_EXIT)
-        return;
-
-    Participate(area, gen, command, items);
-    while ((int64) pg_atomic_read_u64(&area->done) < items)
-        ConditionVariableSleep(&area->donecv, WAIT_EVENT_PARALLEL_CREATE_INDEX_SCAN);
-    ConditionVariableCancelSleep();
-    pg_read_barrier();          /* the workers' labels and codebooks */
+    GpuivfRunCommand(&area->cmds, command, items, Participate, area);
 }
 
 /* Label `rows` rows of the area's sample against its centroids (norms
@@ -370,7 +282,7 @@ GpuivfTrainOnCpu(GpuivfTrainArea *area, float *centroids, float *centroid_norms,
             x[j] -= c[j];
     }
     RunCommand(area, TRAIN_PQ, area->pq_m);
-    RunCommand(area, TRAIN_EXIT, 0);
+    RunCommand(area, GPUIVF_COMMAND_EXIT, 0);
     GpuivfAddSeconds(t_pq, &start);
 
     memcpy(centroids, trained, (Size) area->lists * d * sizeof(float));

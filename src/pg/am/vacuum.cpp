@@ -281,14 +281,14 @@ gpuivfvacuumcleanup(IndexVacuumInfo *info, IndexBulkDeleteResult *stats)
 
     if (info->analyze_only)
     {
-        GpuivfCalibrate(info->index, NULL, NULL);
+        GpuivfCalibrate(info->index, NULL, NULL, NULL);
         return stats;
     }
     if (stats == NULL)
         stats = (IndexBulkDeleteResult *) palloc0(sizeof(IndexBulkDeleteResult));
     GpuivfReadMeta(info->index, &meta);
     if (GpuivfMetaStoresVectors(&meta) && GpuivfCalibrationIsStale(&meta))
-        GpuivfCalibrate(info->index, NULL, NULL);
+        GpuivfCalibrate(info->index, NULL, NULL, NULL);
     stats->num_pages = RelationGetNumberOfBlocks(info->index);
     stats->num_index_tuples = (double) meta.vectors;
     stats->estimated_count = false;

@@ -29,7 +29,9 @@
  *   - rows: otherwise a sample of the index's rows (calibration/sample.cpp),
  *     each query's own row left out of its truth and its candidates.
  * Their ground truth is their exact top 100 among all rows
- * (GpuivfExactKnnForCalibration), on the GPU worker when one is up.
+ * (GpuivfExactKnnForCalibration), on the GPU worker when one is up, else
+ * on the CPU: at the end of a parallel build shared by its workers and the
+ * leader (am/build_truth.cpp), with the same result.
  *
  * Alongside, the queries' mean L2 distance to their nearest list centre
  * (and its spread) is stored: recorded queries that lie much farther from
@@ -162,7 +164,8 @@ NearestCentreStats(Relation index, const CalibSample *s, float4 *mean, float4 *s
  */
 static bool
 CalibrateIn(Relation index, Relation heap, const GpuivfMetaPageData *meta,
-            const CalibSample *drawn, const float4 *given, int ngiven, bool rows_only)
+            const CalibSample *drawn, GpuivfTruthHelpers *helpers, const float4 *given,
+            int ngiven, bool rows_only)
 {
     int         K = GPUIVF_CALIB_TRUTH_K;
     int         dims = (int) meta->dims;
@@ -206,18 +209,20 @@ CalibrateIn(Relation index, Relation heap, const GpuivfMetaPageData *meta,
     truth = (uint64 *) palloc(sizeof(uint64) * (Size) sample.nq * K);
     truth_scores = (float *) palloc(sizeof(float) * (Size) sample.nq * K);
     GpuivfExactKnnForCalibration(index, heap, meta, sample.nq, sample.queries, sample.self_ids,
-                                 K, truth, truth_scores, &truth_on_gpu);
+                                 K, truth, truth_scores, &truth_on_gpu, helpers);
     t_truth = GetCurrentTimestamp();
 
     memset(&calib, 0, sizeof(calib));
     if (!MeasureCurves(index, meta, &sample, truth, calib_ks, GPUIVF_CURVE_KS, &calib))
         return false;
     NearestCentreStats(index, &sample, &calib.calib_nn_mean, &calib.calib_nn_sd);
-    elog(DEBUG1, "gpuivf index \"%s\" calibrated on %d queries from %s%s: sample %.0f ms, exact top-%d on the %s %.0f ms, "
+    elog(DEBUG1, "gpuivf index \"%s\" calibrated on %d queries from %s%s: sample %.0f ms, exact top-%d on the %s%s %.0f ms, "
          "%d points up to nprobe %u of %u lists %.0f ms",
          RelationGetRelationName(index), sample.nq, GpuivfCalibSourceName(source), how,
          TimestampDifferenceMilliseconds(t_start, t_sample) * 1.0, K,
          truth_on_gpu ? "GPU" : "CPU",
+         helpers != NULL && helpers->participants > 1 ?
+         psprintf(" (%d processes)", helpers->participants) : "",
          TimestampDifferenceMilliseconds(t_sample, t_truth) * 1.0, (int) calib.calib_npoints,
          calib.calib_nprobe[Max(calib.calib_npoints, 1) - 1], meta->lists,
          TimestampDifferenceMilliseconds(t_truth, GetCurrentTimestamp()) * 1.0);
@@ -237,8 +242,8 @@ CalibrateIn(Relation index, Relation heap, const GpuivfMetaPageData *meta,
 
 /* The work of GpuivfCalibrate and GpuivfCalibrateOn. */
 static bool
-Calibrate(Relation index, Relation heap, const GpuivfCalibSample *drawn, const float4 *given,
-          int ngiven, bool rows_only)
+Calibrate(Relation index, Relation heap, const GpuivfCalibSample *drawn,
+          GpuivfTruthHelpers *helpers, const float4 *given, int ngiven, bool rows_only)
 {
     GpuivfMetaPageData meta;
     MemoryContext ctx;
@@ -260,7 +265,7 @@ Calibrate(Relation index, Relation heap, const GpuivfCalibSample *drawn, const f
     ctx = AllocSetContextCreate(CurrentMemoryContext, "gpuivf calibration",
                                 ALLOCSET_DEFAULT_SIZES);
     old = MemoryContextSwitchTo(ctx);
-    stored = CalibrateIn(index, heap, &meta, drawn, given, ngiven, rows_only);
+    stored = CalibrateIn(index, heap, &meta, drawn, helpers, given, ngiven, rows_only);
     MemoryContextSwitchTo(old);
     MemoryContextDelete(ctx);
     if (own_heap)
@@ -270,18 +275,19 @@ Calibrate(Relation index, Relation heap, const GpuivfCalibSample *drawn, const f
 
 /* Measure the curves of an index and store them (calibration.h). */
 bool
-GpuivfCalibrate(Relation index, Relation heap, const GpuivfCalibSample *drawn)
+GpuivfCalibrate(Relation index, Relation heap, const GpuivfCalibSample *drawn,
+                GpuivfTruthHelpers *helpers)
 {
     if (gpuivf_analyze_sample <= 0)
         return false;
-    return Calibrate(index, heap, drawn, NULL, 0, false);
+    return Calibrate(index, heap, drawn, helpers, NULL, 0, false);
 }
 
 /* The same on given queries, or on rows (calibration.h). */
 bool
 GpuivfCalibrateOn(Relation index, Relation heap, const float4 *queries, int nq)
 {
-    return Calibrate(index, heap, NULL, queries, nq, queries == NULL);
+    return Calibrate(index, heap, NULL, NULL, queries, nq, queries == NULL);
 }
 
 /* VACUUM re-measures a missing or stale curve (calibration.h). */

@@ -43,16 +43,34 @@ Size        GpuivfCalibSampleBytes(int dims);
 void        GpuivfCalibSampleFlatten(GpuivfCalibSample *sample, void *dst);
 void        GpuivfCalibSampleMerge(GpuivfCalibSample *sample, const void *src);
 
+/*
+ * Helpers a parallel build lends the calibration: run() computes what
+ * GpuivfExactKnnForCalibration does on the CPU from the index's vector
+ * pages, shared out among the build's parallel workers and the leader
+ * (am/build_truth.cpp: GpuivfExactKnnPart by each, GpuivfExactKnnMerge);
+ * false when it could not (no worker launched): the caller computes it
+ * alone.  *participants: the processes that did.
+ */
+typedef struct GpuivfTruthHelpers
+{
+    bool        (*run) (struct GpuivfTruthHelpers *helpers, Relation index,
+                        const GpuivfMetaPageData *meta, int nq, const float4 *queries,
+                        const uint64 *exclude_ids, int k, uint64 *out_ids, float *out_scores);
+    void       *arg;
+    int         participants;
+} GpuivfTruthHelpers;
+
 /* ----------------------------------------------------- calibration.cpp */
 
 /* Measure the curves of an index and store them in the metapage, on the
  * recorded and stored queries when there are gpuivf.analyze_sample of them
  * (or stored queries that were given), else on rows.  heap may be NULL
  * (opened when needed); drawn: the row sample, drawn over every row of the
- * index, or NULL (drawn here when needed).  Returns false when nothing was
- * stored (untrained, too few rows, gpuivf.analyze_sample = 0, rebuilt
- * meanwhile). */
-bool        GpuivfCalibrate(Relation index, Relation heap, const GpuivfCalibSample *drawn);
+ * index, or NULL (drawn here when needed); helpers: a parallel build's, or
+ * NULL.  Returns false when nothing was stored (untrained, too few rows,
+ * gpuivf.analyze_sample = 0, rebuilt meanwhile). */
+bool        GpuivfCalibrate(Relation index, Relation heap, const GpuivfCalibSample *drawn,
+                            GpuivfTruthHelpers *helpers);
 /* The same on given queries (nq raw vectors of the index's dims; stored as
  * the index's calibration queries, source "given"), or with queries NULL on
  * rows, forgetting the stored queries. */
@@ -75,12 +93,31 @@ void        GpuivfAppendCalibrationInfo(StringInfo json, Relation index,
  * padded with UINT64_MAX) of nq raw queries among all rows of the index,
  * each query's own entry exclude_ids[i] left out (UINT64_MAX: none).  On the
  * GPU worker when one is up (gpuivf.device not cpu), else on the CPU: the
- * same result.  *on_gpu (may be NULL): the worker computed all of it. */
+ * same result; on the CPU shared out by helpers (may be NULL) when the
+ * index stores its vectors.  *on_gpu (may be NULL): the worker computed all
+ * of it. */
 void        GpuivfExactKnnForCalibration(Relation index, Relation heap,
                                          const GpuivfMetaPageData *meta, int nq,
                                          const float4 *queries, const uint64 *exclude_ids,
                                          int k, uint64 *out_ids, float *out_scores,
-                                         bool *on_gpu);
+                                         bool *on_gpu, GpuivfTruthHelpers *helpers);
+/* The parts of it: the vector pages in ranges of GPUIVF_TRUTH_RANGE_BLOCKS
+ * (GpuivfTruthRanges of them, in an index of nblocks blocks); one process's
+ * part is the k best (score, id) per query (nq x k into vals/ids, padded
+ * with INFINITY/UINT64_MAX) of the rows of the ranges claim(claim_arg)
+ * hands it (-1: no more); the merge of nparts parts is the whole result.
+ * Scores and ties are ordered as TopK orders them, so the merge is
+ * GpuivfExactKnnForCalibration's result bit for bit. */
+#define GPUIVF_TRUTH_RANGE_BLOCKS 32
+int64       GpuivfTruthRanges(BlockNumber nblocks);
+/* the index's rows are in its vector pages (else in the heap: not shared) */
+bool        GpuivfTruthCanShare(const GpuivfMetaPageData *meta);
+void        GpuivfExactKnnPart(Relation index, const GpuivfMetaPageData *meta, BlockNumber nblocks,
+                               int nq, const float4 *queries, const uint64 *exclude_ids, int k,
+                               int64 (*claim) (void *claim_arg), void *claim_arg, float *vals,
+                               uint64 *ids);
+void        GpuivfExactKnnMerge(int nq, int k, int nparts, const float *vals, const uint64 *ids,
+                                uint64 *out_ids, float *out_scores);
 
 /* -------------------------------------------------------- recorded.cpp */
 

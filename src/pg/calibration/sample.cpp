@@ -20,14 +20,14 @@
 /* ------------------------------------------------------------ row sources */
 
 /*
- * Every vector tuple of the index, in block order, as (vector, vector TID);
- * one page at a time under a share lock, the sink called after unlocking.
+ * Every vector tuple of the index in blocks [first, end), in block order,
+ * as (vector, vector TID); one page at a time under a share lock, the sink
+ * called after unlocking.
  */
 static void
-WalkVectorPages(Relation index, const GpuivfMetaPageData *meta, RowSinkFn sink, void *arg)
+WalkVectorPagesIn(Relation index, const GpuivfMetaPageData *meta, BlockNumber first,
+                  BlockNumber end, BufferAccessStrategy bas, RowSinkFn sink, void *arg)
 {
-    BlockNumber nblocks = RelationGetNumberOfBlocks(index);
-    BufferAccessStrategy bas = GetAccessStrategy(BAS_BULKREAD);
     int         dims = (int) meta->dims;
     Size        value_bytes = GpuivfVectorValueBytes(meta);
     int         cap = (int) (GPUIVF_PAGE_CAPACITY / GpuivfVectorTupleSize(meta)) + 1;
@@ -35,7 +35,7 @@ WalkVectorPages(Relation index, const GpuivfMetaPageData *meta, RowSinkFn sink, 
     uint64     *ids = (uint64 *) palloc(sizeof(uint64) * cap);
     uint64     *heap_ids = (uint64 *) palloc(sizeof(uint64) * cap);
 
-    for (BlockNumber blkno = GPUIVF_METAPAGE_BLKNO + 1; blkno < nblocks; blkno++)
+    for (BlockNumber blkno = first; blkno < end; blkno++)
     {
         Buffer      buf;
         Page        page;
@@ -72,10 +72,20 @@ WalkVectorPages(Relation index, const GpuivfMetaPageData *meta, RowSinkFn sink, 
         for (int i = 0; i < n; i++)
             sink(arg, x + (Size) i * dims, ids[i], heap_ids[i]);
     }
-    FreeAccessStrategy(bas);
     pfree(x);
     pfree(ids);
     pfree(heap_ids);
+}
+
+/* Every vector tuple of the index. */
+static void
+WalkVectorPages(Relation index, const GpuivfMetaPageData *meta, RowSinkFn sink, void *arg)
+{
+    BufferAccessStrategy bas = GetAccessStrategy(BAS_BULKREAD);
+
+    WalkVectorPagesIn(index, meta, GPUIVF_METAPAGE_BLKNO + 1, RelationGetNumberOfBlocks(index),
+                      bas, sink, arg);
+    FreeAccessStrategy(bas);
 }
 
 typedef struct HeapWalk
@@ -128,13 +138,21 @@ WalkHeapRows(Relation heap, Relation index, int dims, RowSinkFn sink, void *arg)
     MemoryContextDelete(hw.rowctx);
 }
 
+/* The index's rows are in its vector pages (not in the heap alone: rerank =
+ * false, or re-rank from the table): their walk can be shared out. */
+bool
+GpuivfTruthCanShare(const GpuivfMetaPageData *meta)
+{
+    return GpuivfMetaStoresVectors(meta) && !GpuivfMetaRerankFromTable(meta);
+}
+
 /* All rows of the index, from its vector pages or (no vectors in the
- * index: rerank = false, or re-rank from the table) the heap. */
+ * index) the heap. */
 void
 WalkIndexedRows(Relation index, Relation heap, const GpuivfMetaPageData *meta,
                 RowSinkFn sink, void *arg)
 {
-    if (GpuivfMetaStoresVectors(meta) && !GpuivfMetaRerankFromTable(meta))
+    if (GpuivfTruthCanShare(meta))
         WalkVectorPages(index, meta, sink, arg);
     else
         WalkHeapRows(heap, index, (int) meta->dims, sink, arg);
@@ -368,6 +386,60 @@ TruthSink(void *arg, const float4 *x, uint64 id, uint64 heap_id)
         TruthFlush(ts);
 }
 
+/* ts's k-selections, one per query, kept in vals/ids (nq x k) */
+static void
+TruthHeapsInit(TruthState *ts, float *vals, uint64 *ids)
+{
+    ts->knn_vals = (float *) palloc(sizeof(float) * (Size) ts->nq * (ts->k + 1));
+    ts->knn_ids = (uint64 *) palloc(sizeof(uint64) * (Size) ts->nq * (ts->k + 1));
+    ts->heaps = (gpuivf::TopK *) palloc(sizeof(gpuivf::TopK) * ts->nq);
+    for (int q = 0; q < ts->nq; q++)
+        gpuivf::topk_init(&ts->heaps[q], vals + (Size) q * ts->k, ids + (Size) q * ts->k, ts->k);
+}
+
+/* Each query's selection sorted into out_ids/out_scores (padded with
+ * UINT64_MAX/INFINITY). */
+static void
+TruthOut(TruthState *ts, uint64 *out_ids, float *out_scores)
+{
+    for (int q = 0; q < ts->nq; q++)
+    {
+        gpuivf::TopK *h = &ts->heaps[q];
+
+        gpuivf::topk_sort(h);
+        for (int j = 0; j < ts->k; j++)
+        {
+            out_ids[(Size) q * ts->k + j] = j < h->size ? h->ids[j] : PG_UINT64_MAX;
+            out_scores[(Size) q * ts->k + j] = j < h->size ? h->vals[j] : INFINITY;
+        }
+    }
+}
+
+static void
+TruthStateInit(TruthState *ts, const GpuivfMetaPageData *meta, int nq, const float4 *queries,
+               const uint64 *exclude_ids, int k)
+{
+    ts->metric = (gpuivf::Metric) meta->metric;
+    ts->dims = (int) meta->dims;
+    ts->nq = nq;
+    ts->k = k;
+    ts->queries = queries;
+    ts->exclude = exclude_ids;
+    ts->batch_n = 0;
+    ts->gpu_batches = 0;
+    ts->job = NULL;
+}
+
+/* a batch on the CPU, of at most GPUIVF_TRUTH_BATCH_BYTES */
+static void
+TruthCpuBatch(TruthState *ts)
+{
+    Size        row_bytes = sizeof(float4) * ts->dims;
+
+    ts->batch_cap = (int) Max((Size) 256, Min((Size) 65536, GPUIVF_TRUTH_BATCH_BYTES / row_bytes));
+    ts->batch_x = (float4 *) palloc_extended(row_bytes * ts->batch_cap, MCXT_ALLOC_HUGE);
+}
+
 /*
  * The seam for ground truth (calibration.h).  Every row is read once (vector
  * pages, or the heap when the index stores no vectors) in batches, and each
@@ -377,27 +449,24 @@ TruthSink(void *arg, const float4 *x, uint64 id, uint64 heap_id)
  * kNN (GpuivfWorkerExactKnnRun: the engine re-scores with the CPU's
  * functions, so the merged result is the CPU's); otherwise, or for the rest
  * after a worker failure under auto, batches of at most
- * GPUIVF_TRUTH_BATCH_BYTES go through core exact_knn here.  *on_gpu (may be
- * NULL) says whether the worker answered every batch.
+ * GPUIVF_TRUTH_BATCH_BYTES go through core exact_knn here, or, with a
+ * parallel build's helpers, in its processes.  *on_gpu (may be NULL) says
+ * whether the worker answered every batch.
  */
 void
 GpuivfExactKnnForCalibration(Relation index, Relation heap, const GpuivfMetaPageData *meta,
                              int nq, const float4 *queries, const uint64 *exclude_ids, int k,
-                             uint64 *out_ids, float *out_scores, bool *on_gpu)
+                             uint64 *out_ids, float *out_scores, bool *on_gpu,
+                             GpuivfTruthHelpers *helpers)
 {
     TruthState  ts;
     float      *heap_vals;
     uint64     *heap_ids;
     Size        row_bytes = sizeof(float4) * meta->dims;
 
-    ts.metric = (gpuivf::Metric) meta->metric;
-    ts.dims = (int) meta->dims;
-    ts.nq = nq;
-    ts.k = k;
-    ts.queries = queries;
-    ts.exclude = exclude_ids;
-    ts.batch_n = 0;
-    ts.gpu_batches = 0;
+    if (on_gpu != NULL)
+        *on_gpu = false;
+    TruthStateInit(&ts, meta, nq, queries, exclude_ids, k);
     /* a segment no larger than the index needs (later rows: another batch) */
     ts.batch_cap = (int) Max((Size) 256, Min((Size) 262144, GPUIVF_TRUTH_GPU_BATCH_BYTES / row_bytes));
     ts.batch_cap = (int) Min((uint64) ts.batch_cap, Max(meta->vectors + meta->vectors / 8, (uint64) 256));
@@ -405,34 +474,22 @@ GpuivfExactKnnForCalibration(Relation index, Relation heap, const GpuivfMetaPage
                                        ts.batch_cap, &ts.batch_x);
     if (ts.job == NULL)
     {
-        ts.batch_cap = (int) Max((Size) 256, Min((Size) 65536, GPUIVF_TRUTH_BATCH_BYTES / row_bytes));
-        ts.batch_x = (float4 *) palloc_extended(row_bytes * ts.batch_cap, MCXT_ALLOC_HUGE);
+        if (helpers != NULL && GpuivfTruthCanShare(meta) &&
+            helpers->run(helpers, index, meta, nq, queries, exclude_ids, k, out_ids, out_scores))
+            return;
+        TruthCpuBatch(&ts);
     }
     ts.batch_ids = (uint64 *) palloc(sizeof(uint64) * ts.batch_cap);
-    ts.knn_vals = (float *) palloc(sizeof(float) * (Size) nq * (k + 1));
-    ts.knn_ids = (uint64 *) palloc(sizeof(uint64) * (Size) nq * (k + 1));
-    ts.heaps = (gpuivf::TopK *) palloc(sizeof(gpuivf::TopK) * nq);
     heap_vals = (float *) palloc(sizeof(float) * (Size) nq * k);
     heap_ids = (uint64 *) palloc(sizeof(uint64) * (Size) nq * k);
-    for (int q = 0; q < nq; q++)
-        gpuivf::topk_init(&ts.heaps[q], heap_vals + (Size) q * k, heap_ids + (Size) q * k, k);
+    TruthHeapsInit(&ts, heap_vals, heap_ids);
 
     WalkIndexedRows(index, heap, meta, TruthSink, &ts);
     TruthFlush(&ts);
     if (on_gpu != NULL)
         *on_gpu = ts.job != NULL && ts.gpu_batches > 0 && !GpuivfWorkerExactKnnDead(ts.job);
+    TruthOut(&ts, out_ids, out_scores);
 
-    for (int q = 0; q < nq; q++)
-    {
-        gpuivf::TopK *h = &ts.heaps[q];
-
-        gpuivf::topk_sort(h);
-        for (int j = 0; j < k; j++)
-        {
-            out_ids[(Size) q * k + j] = j < h->size ? h->ids[j] : PG_UINT64_MAX;
-            out_scores[(Size) q * k + j] = j < h->size ? h->vals[j] : INFINITY;
-        }
-    }
     if (ts.job != NULL)
         GpuivfWorkerExactKnnEnd(ts.job);    /* batch_x was in its segment */
     else
@@ -440,6 +497,90 @@ GpuivfExactKnnForCalibration(Relation index, Relation heap, const GpuivfMetaPage
     pfree(ts.batch_ids);
     pfree(ts.knn_vals);
     pfree(ts.knn_ids);
+    pfree(ts.heaps);
+    pfree(heap_vals);
+    pfree(heap_ids);
+}
+
+/* Ranges of the vector pages a part claims (calibration.h). */
+int64
+GpuivfTruthRanges(BlockNumber nblocks)
+{
+    if (nblocks <= GPUIVF_METAPAGE_BLKNO + 1)
+        return 0;
+    return ((int64) nblocks - (GPUIVF_METAPAGE_BLKNO + 1) + GPUIVF_TRUTH_RANGE_BLOCKS - 1) /
+        GPUIVF_TRUTH_RANGE_BLOCKS;
+}
+
+/*
+ * One process's part of the exact top-k (calibration.h).  A part's rows
+ * come in block order, so within each batch a row's position orders as its
+ * id does, and exact_knn's top-(k+1) of a batch is the k+1 best (score, id)
+ * of it, whichever batches the rows fall in: the parts merge into the
+ * whole's result.
+ */
+void
+GpuivfExactKnnPart(Relation index, const GpuivfMetaPageData *meta, BlockNumber nblocks, int nq,
+                   const float4 *queries, const uint64 *exclude_ids, int k,
+                   int64 (*claim) (void *claim_arg), void *claim_arg, float *vals, uint64 *ids)
+{
+    TruthState  ts;
+    BufferAccessStrategy bas = GetAccessStrategy(BAS_BULKREAD);
+    int64       r;
+
+    TruthStateInit(&ts, meta, nq, queries, exclude_ids, k);
+    TruthCpuBatch(&ts);
+    ts.batch_ids = (uint64 *) palloc(sizeof(uint64) * ts.batch_cap);
+    TruthHeapsInit(&ts, vals, ids);
+    while ((r = claim(claim_arg)) >= 0)
+    {
+        BlockNumber first = (BlockNumber) (GPUIVF_METAPAGE_BLKNO + 1 + r * GPUIVF_TRUTH_RANGE_BLOCKS);
+
+        WalkVectorPagesIn(index, meta, first,
+                          Min(nblocks, first + GPUIVF_TRUTH_RANGE_BLOCKS), bas, TruthSink, &ts);
+    }
+    TruthFlush(&ts);
+    for (int q = 0; q < nq; q++)
+        for (int j = ts.heaps[q].size; j < k; j++)
+        {
+            vals[(Size) q * k + j] = INFINITY;
+            ids[(Size) q * k + j] = PG_UINT64_MAX;
+        }
+    FreeAccessStrategy(bas);
+    pfree(ts.batch_x);
+    pfree(ts.batch_ids);
+    pfree(ts.knn_vals);
+    pfree(ts.knn_ids);
+    pfree(ts.heaps);
+}
+
+/* The parts merged (calibration.h): TopK keeps the same pairs whatever the
+ * order they come in. */
+void
+GpuivfExactKnnMerge(int nq, int k, int nparts, const float *vals, const uint64 *ids,
+                    uint64 *out_ids, float *out_scores)
+{
+    TruthState  ts;
+    float      *heap_vals = (float *) palloc(sizeof(float) * (Size) nq * k);
+    uint64     *heap_ids = (uint64 *) palloc(sizeof(uint64) * (Size) nq * k);
+
+    memset(&ts, 0, sizeof(ts));
+    ts.nq = nq;
+    ts.k = k;
+    ts.heaps = (gpuivf::TopK *) palloc(sizeof(gpuivf::TopK) * nq);
+    for (int q = 0; q < nq; q++)
+        gpuivf::topk_init(&ts.heaps[q], heap_vals + (Size) q * k, heap_ids + (Size) q * k, k);
+    for (int p = 0; p < nparts; p++)
+        for (int q = 0; q < nq; q++)
+        {
+            gpuivf::TopK *h = &ts.heaps[q];
+            Size        at = ((Size) p * nq + q) * k;
+
+            for (int j = 0; j < k; j++)
+                if (ids[at + j] != PG_UINT64_MAX && vals[at + j] <= gpuivf::topk_threshold(h))
+                    gpuivf::topk_push(h, vals[at + j], ids[at + j]);
+        }
+    TruthOut(&ts, out_ids, out_scores);
     pfree(ts.heaps);
     pfree(heap_vals);
     pfree(heap_ids);
