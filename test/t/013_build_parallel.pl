@@ -1,7 +1,7 @@
 
 # CREATE INDEX with parallel workers (PostgreSQL's parallel index build
 # machinery: both heap scans, the training on the CPU and the calibration's
-# exact top-100 on the CPU shared by the workers and the leader) builds the
+# exact top-100 and sweep on the CPU shared by the workers and the leader) builds the
 # index a serial build builds: the
 # training sample is chosen by a hash of the heap TID and the shared training
 # computes what one process does, so the model (bit for bit), every row's
@@ -108,8 +108,8 @@ for my $rerank ('true', 'false')
 	is(model_digest($node, 'items_parallel'), $model_s, "rerank = $rerank: the same centroids and codebooks, bit for bit");
 	if ($rerank eq 'true')
 	{
-		like($log_p, qr/calibrated on 200 queries from rows.*exact top-100 on the CPU \(3 processes\)/,
-			'rerank = true: the calibration\'s exact top-100 ran in three processes');
+		like($log_p, qr/calibrated on 200 queries from rows.*exact top-100 on the CPU \(3 processes\).* lists \(3 processes\)/,
+			'rerank = true: the calibration\'s exact top-100 and sweep ran in three processes');
 		is(calibration_of('items_parallel'), recalibrated('items_parallel'),
 			'rerank = true: the same calibration (curves, probes) as one process measures on the same index');
 	}
@@ -146,8 +146,9 @@ for my $rerank ('true', 'false')
 # subsample of its own): the participants label blocks of the sample for
 # every iteration.  Their labels are those of one process: the same model
 # bit for bit, with one worker and with two.  The calibration's exact
-# top-100, merged from the participants' parts, is that of one process: the
-# build stores the calibration that measuring again alone stores.
+# top-100, merged from the participants' parts, and its sweep, whose
+# queries they share, are those of one process: the build stores the
+# calibration that measuring again alone stores.
 {
 	my $wide = generate_data(rows => 12000, dims => 32, seed => 12);
 	load_vectors($node, 'wide', $wide->{base_copy});
@@ -163,8 +164,8 @@ for my $rerank ('true', 'false')
 		like($err, qr/training [\d.]+ s \($procs process(es)?:/, "trained in $procs process(es)");
 		if ($workers > 0)
 		{
-			like($err, qr/exact top-100 on the CPU \($procs processes\)/,
-				"the calibration's exact top-100 in $procs processes");
+			like($err, qr/exact top-100 on the CPU \($procs processes\).* lists \($procs processes\)/,
+				"the calibration's exact top-100 and sweep in $procs processes");
 		}
 		else
 		{

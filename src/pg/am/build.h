@@ -7,8 +7,8 @@
  *   build_sample.cpp    the sampling scan: the training sample by hash
  *   build_commands.cpp  the commands the leader has the workers work on
  *   build_train.cpp     training on the CPU, shared with the workers
- *   build_truth.cpp     the calibration's exact top-k on the CPU, shared
- *                       with the workers
+ *   build_truth.cpp     the calibration's exact top-k and sweep on the CPU,
+ *                       shared with the workers
  *   build_encode.cpp    the encoding scan of one participant: engines,
  *                       vector pages, the (list, id, code) entries
  *   build_parallel.cpp  the parallel contexts and the workers' entry point
@@ -119,10 +119,12 @@ void        GpuivfTrainWorker(GpuivfTrainArea *area);
 /* ------------------------------------------------------- build_truth.cpp */
 
 /*
- * The calibration's exact top-k on the CPU at the end of a parallel build:
- * a context of its own whose participants claim ranges of the index's
- * vector pages (GpuivfExactKnnPart) while the leader merges their parts.
- * GpuivfBuildTruthHelpers fills helpers for GpuivfCalibrate.
+ * The calibration's exact top-k and sweep on the CPU at the end of a
+ * parallel build: a context of its own whose participants claim ranges of
+ * the index's vector pages (GpuivfExactKnnPart) while the leader merges
+ * their parts, then the queries of each stage of the sweep
+ * (GpuivfSweepPart).  GpuivfBuildTruthHelpers fills helpers for
+ * GpuivfCalibrate.
  */
 typedef struct GpuivfTruthArea GpuivfTruthArea;
 

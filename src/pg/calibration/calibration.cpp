@@ -48,10 +48,10 @@
 #define GPUIVF_STALE_FRACTION   0.10
 #define GPUIVF_CALIB_TRUTH_K    100
 
-/* The k measured: recall@1, @10, @100. */
-static const int calib_ks[GPUIVF_CURVE_KS] = {1, 10, GPUIVF_CALIB_TRUTH_K};
+/* The k measured: recall@1, @10, @100 (calibration.h). */
+const int   GpuivfCalibKs[GPUIVF_CURVE_KS] = {1, 10, GPUIVF_CALIB_TRUTH_K};
 
-StaticAssertDecl(GPUIVF_CURVE_KS == 3, "calib_ks lists one k per curve");
+StaticAssertDecl(GPUIVF_CURVE_KS == 3, "GpuivfCalibKs lists one k per curve");
 
 /* "rows", "workload", "given" (calibration.h) */
 const char *
@@ -180,6 +180,7 @@ CalibrateIn(Relation index, Relation heap, const GpuivfMetaPageData *meta,
     TimestampTz t_sample;
     TimestampTz t_truth;
     bool        truth_on_gpu = false;
+    bool        measured;
     const char *how = "";
 
     if (given != NULL)
@@ -213,11 +214,15 @@ CalibrateIn(Relation index, Relation heap, const GpuivfMetaPageData *meta,
     t_truth = GetCurrentTimestamp();
 
     memset(&calib, 0, sizeof(calib));
-    if (!MeasureCurves(index, meta, &sample, truth, calib_ks, GPUIVF_CURVE_KS, &calib))
+    measured = MeasureCurves(index, meta, &sample, truth, GpuivfCalibKs, GPUIVF_CURVE_KS, helpers,
+                             &calib);
+    if (helpers != NULL)
+        helpers->end(helpers);
+    if (!measured)
         return false;
     NearestCentreStats(index, &sample, &calib.calib_nn_mean, &calib.calib_nn_sd);
     elog(DEBUG1, "gpuivf index \"%s\" calibrated on %d queries from %s%s: sample %.0f ms, exact top-%d on the %s%s %.0f ms, "
-         "%d points up to nprobe %u of %u lists %.0f ms",
+         "%d points up to nprobe %u of %u lists%s %.0f ms",
          RelationGetRelationName(index), sample.nq, GpuivfCalibSourceName(source), how,
          TimestampDifferenceMilliseconds(t_start, t_sample) * 1.0, K,
          truth_on_gpu ? "GPU" : "CPU",
@@ -225,6 +230,8 @@ CalibrateIn(Relation index, Relation heap, const GpuivfMetaPageData *meta,
          psprintf(" (%d processes)", helpers->participants) : "",
          TimestampDifferenceMilliseconds(t_sample, t_truth) * 1.0, (int) calib.calib_npoints,
          calib.calib_nprobe[Max(calib.calib_npoints, 1) - 1], meta->lists,
+         helpers != NULL && helpers->swept ?
+         psprintf(" (%d processes)", helpers->participants) : "",
          TimestampDifferenceMilliseconds(t_truth, GetCurrentTimestamp()) * 1.0);
     calib.calib_sample = (uint32) sample.nq;
     calib.calib_vectors = meta->vectors;

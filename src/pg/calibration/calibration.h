@@ -44,20 +44,28 @@ void        GpuivfCalibSampleFlatten(GpuivfCalibSample *sample, void *dst);
 void        GpuivfCalibSampleMerge(GpuivfCalibSample *sample, const void *src);
 
 /*
- * Helpers a parallel build lends the calibration: run() computes what
- * GpuivfExactKnnForCalibration does on the CPU from the index's vector
- * pages, shared out among the build's parallel workers and the leader
- * (am/build_truth.cpp: GpuivfExactKnnPart by each, GpuivfExactKnnMerge);
- * false when it could not (no worker launched): the caller computes it
- * alone.  *participants: the processes that did.
+ * Helpers a parallel build lends the calibration (am/build_truth.cpp):
+ * run() computes what GpuivfExactKnnForCalibration does on the CPU from the
+ * index's vector pages, shared out among the build's parallel workers and
+ * the leader (GpuivfExactKnnPart by each, GpuivfExactKnnMerge); false when
+ * it could not (no worker launched): the caller computes it alone.  After a
+ * run that did, sweep() has the same processes measure a stage of the
+ * sweep (GpuivfSweepPart by each; *hits: every query's hits, NULL when the
+ * index was rebuilt), false when it cannot (the caller sweeps alone, every
+ * stage); end() lets them go (always called).  *participants: the
+ * processes that did, *swept: sweep() did.
  */
 typedef struct GpuivfTruthHelpers
 {
     bool        (*run) (struct GpuivfTruthHelpers *helpers, Relation index,
                         const GpuivfMetaPageData *meta, int nq, const float4 *queries,
                         const uint64 *exclude_ids, int k, uint64 *out_ids, float *out_scores);
+    bool        (*sweep) (struct GpuivfTruthHelpers *helpers, int cmax, const uint32 *points,
+                          int first, int last, int from, int **hits);
+    void        (*end) (struct GpuivfTruthHelpers *helpers);
     void       *arg;
     int         participants;
+    bool        swept;          /* sweep() measured the stages */
 } GpuivfTruthHelpers;
 
 /* ----------------------------------------------------- calibration.cpp */
@@ -118,6 +126,26 @@ void        GpuivfExactKnnPart(Relation index, const GpuivfMetaPageData *meta, B
                                uint64 *ids);
 void        GpuivfExactKnnMerge(int nq, int k, int nparts, const float *vals, const uint64 *ids,
                                 uint64 *out_ids, float *out_scores);
+
+/* ----------------------------------------------------------- curve.cpp */
+
+/* The k measured: recall@1, @10, @100 (the truth's k is the last). */
+extern const int GpuivfCalibKs[GPUIVF_CURVE_KS];
+/* Candidates per query the sweep keeps for any k up to K. */
+int         GpuivfSweepCandidates(const GpuivfMetaPageData *meta, int K);
+/* One process's part of a sweep stage: the queries claim() hands it (-1:
+ * no more), each continued from position `from` of its probe order up to
+ * points[last] with its candidates (cand_vals/cand_ids: cmax per query,
+ * cand_sizes: how many are kept), its hits at points first..last into
+ * hits[q * (last - first + 1) * GPUIVF_CURVE_KS + (j - first) *
+ * GPUIVF_CURVE_KS + c]; truth: nq x GpuivfCalibKs[last] entry ids.  False
+ * when the index was rebuilt meanwhile. */
+bool        GpuivfSweepPart(Relation index, const GpuivfMetaPageData *meta, int nq,
+                            const float4 *queries, const uint64 *self_ids, const uint64 *truth,
+                            const int *ks, int nk, const uint32 *points, int first, int last,
+                            int from, int cmax, float *cand_vals, uint64 *cand_ids,
+                            int32 *cand_sizes, int *hits, int64 (*claim) (void *claim_arg),
+                            void *claim_arg);
 
 /* -------------------------------------------------------- recorded.cpp */
 

@@ -26,7 +26,10 @@
  * queries instead (SearchStage, one batch per distinct candidate count):
  * the same curves, computed by the engine that answers the queries, up to
  * the engine's nprobe limit (1024; beyond it a search runs on the CPU
- * anyway), then the exact point.
+ * anyway), then the exact point.  At the end of a parallel build the
+ * build's processes share each stage's queries (GpuivfSweepPart,
+ * am/build_truth.cpp); each query's hits are added up in query order
+ * either way, so the curves are the same bits.
  *
  * Cost on the CPU, for n rows, q queries, L lists, PQ with m sub-quantizers
  * of 2^b centroids of d / m dimensions: at most one ADC pass over the whole
@@ -104,7 +107,9 @@ typedef struct SweepState
     int         Cmax;           /* candidates kept per query */
     bool        ordered;        /* some k needs the candidates in ADC order */
     int         K;              /* true neighbours per query: ks[nk - 1] */
-    const CalibSample *sample;
+    const float4 *queries;      /* nq * dims, raw */
+    const uint64 *self_ids;     /* each query's own entry, or UINT64_MAX */
+    const uint64 *self_heap_ids;
     TruthRank  *ranks;          /* per query K (id, rank), sorted by id */
     int        *ntruth;         /* per query: true neighbours known */
     gpuivf::TopK *cands;        /* nq selections of Cmax */
@@ -241,19 +246,20 @@ SweepScanList(SweepState *sw, const gpuivf::IvfPqModel &model, int list, uint64 
 }
 
 /*
- * Query q's recall@k at point j for every k, from its current candidates
- * (the best Cmax by ADC).  With re-rank a scan of k rows returns the exact
- * top k of its best C_k candidates, which holds every true neighbour among
- * them (they are the nearest of all rows): hits = true neighbours of rank
- * < k among the best C_k.  Without re-rank it returns the k best by ADC.
+ * Query q's hits at a point for every k (into hits[0 .. nk)), from its
+ * current candidates c (the best Cmax by ADC).  With re-rank a scan of k
+ * rows returns the exact top k of its best C_k candidates, which holds
+ * every true neighbour among them (they are the nearest of all rows): hits
+ * = true neighbours of rank < k among the best C_k.  Without re-rank it
+ * returns the k best by ADC.
  */
 static void
-SweepRecall(SweepState *sw, int q, int j)
+SweepHits(SweepState *sw, int q, const gpuivf::TopK *c, int *hits)
 {
-    const gpuivf::TopK *c = &sw->cands[q];
     const uint64 *ids = c->ids;
-    int         hits[GPUIVF_CURVE_KS] = {0};
 
+    for (int k = 0; k < sw->nk; k++)
+        hits[k] = 0;
     if (sw->ordered)
     {
         memcpy(sw->snap_vals, c->vals, sizeof(float) * c->size);
@@ -275,46 +281,80 @@ SweepRecall(SweepState *sw, int q, int j)
                 hits[k]++;
         }
     }
-    AddRecall(sw, q, j, hits);
+}
+
+/*
+ * Continue query q's probe order from position `from` up to points[last],
+ * its candidates in *cands, its hits at the points first..last into
+ * hits[(j - first) * GPUIVF_CURVE_KS + c].  Returns false when the index
+ * was rebuilt meanwhile (its model is gone).
+ */
+static bool
+SweepQueryStage(SweepState *sw, int q, gpuivf::TopK *cands, const uint32 *points, int first,
+                int last, int from, int *hits)
+{
+    GpuivfIndexState *state = GpuivfGetIndexState(sw->index);
+    const gpuivf::IvfPqModel &model = state->model;
+    int         to = (int) points[last];
+    int         dims = (int) sw->meta.dims;
+    int         next_point = first;
+    uint64      self = sw->self_ids[q];
+
+    if (state->meta.train_id != sw->meta.train_id)
+        return false;
+    if (sw->lut == NULL)
+        sw->lut = (float *) palloc(sizeof(float) * gpuivf::ivfpq_lut_size(model));
+    gpuivf::prepare_vector((gpuivf::Metric) sw->meta.metric, sw->queries + (Size) q * dims,
+                           sw->query_prep, dims);
+    gpuivf::ivfpq_probe_lists(model, sw->query_prep, to, sw->order, sw->order_scores);
+    for (int pos = from; pos < to; pos++)
+    {
+        int         list = sw->order[pos];
+
+        if (list >= 0 && list < (int) sw->meta.lists)
+            SweepScanList(sw, model, list, self, cands);
+        while (next_point <= last && (int) points[next_point] == pos + 1)
+        {
+            SweepHits(sw, q, cands, hits + (Size) (next_point - first) * GPUIVF_CURVE_KS);
+            next_point++;
+        }
+        vacuum_delay_point();
+        CHECK_FOR_INTERRUPTS();
+    }
+    return true;
 }
 
 /*
  * Continue every query's probe order from position `from` up to
- * points[last], recording the points first..last.  Returns false when the
+ * points[last], recording the points first..last: here, or by the
+ * processes of a parallel build (helpers), each query's hits added in query
+ * order either way, so the sums are the same bits.  Returns false when the
  * index was rebuilt meanwhile (its model is gone).
  */
 static bool
-SweepStage(SweepState *sw, const uint32 *points, int first, int last, int from)
+SweepStage(SweepState *sw, const uint32 *points, int first, int last, int from,
+           GpuivfTruthHelpers *helpers)
 {
-    int         to = (int) points[last];
-    int         dims = (int) sw->meta.dims;
+    int        *hits;
+    Size        stride = (Size) (last - first + 1) * GPUIVF_CURVE_KS;
 
-    for (int q = 0; q < sw->nq; q++)
+    if (helpers != NULL && helpers->sweep != NULL &&
+        helpers->sweep(helpers, sw->Cmax, points, first, last, from, &hits))
     {
-        GpuivfIndexState *state = GpuivfGetIndexState(sw->index);
-        const gpuivf::IvfPqModel &model = state->model;
-        int         next_point = first;
-        uint64      self = sw->sample->self_ids[q];
-
-        if (state->meta.train_id != sw->meta.train_id)
+        if (hits == NULL)
             return false;
-        if (sw->lut == NULL)
-            sw->lut = (float *) palloc(sizeof(float) * gpuivf::ivfpq_lut_size(model));
-        gpuivf::prepare_vector((gpuivf::Metric) sw->meta.metric,
-                               sw->sample->queries + (Size) q * dims, sw->query_prep, dims);
-        gpuivf::ivfpq_probe_lists(model, sw->query_prep, to, sw->order, sw->order_scores);
-        for (int pos = from; pos < to; pos++)
-        {
-            int         list = sw->order[pos];
-
-            if (list >= 0 && list < (int) sw->meta.lists)
-                SweepScanList(sw, model, list, self, &sw->cands[q]);
-            while (next_point <= last && (int) points[next_point] == pos + 1)
-                SweepRecall(sw, q, next_point++);
-            vacuum_delay_point();
-            CHECK_FOR_INTERRUPTS();
-        }
     }
+    else
+    {
+        hits = (int *) palloc(sizeof(int) * stride * sw->nq);
+        for (int q = 0; q < sw->nq; q++)
+            if (!SweepQueryStage(sw, q, &sw->cands[q], points, first, last, from,
+                                 hits + (Size) q * stride))
+                return false;
+    }
+    for (int q = 0; q < sw->nq; q++)
+        for (int j = first; j <= last; j++)
+            AddRecall(sw, q, j, hits + (Size) q * stride + (Size) (j - first) * GPUIVF_CURVE_KS);
     return true;
 }
 
@@ -381,9 +421,9 @@ SearchStage(SweepState *sw, const uint32 *points, int first, int last)
             kask = sw->ks[e];
             for (int q = 0; q < sw->nq; q++)
             {
-                int         self = sw->sample->self_ids[q] != PG_UINT64_MAX ? 1 : 0;
+                int         self = sw->self_ids[q] != PG_UINT64_MAX ? 1 : 0;
 
-                queries[q].vector = sw->sample->queries + (Size) q * dims;
+                queries[q].vector = sw->queries + (Size) q * dims;
                 queries[q].k = Min(kask + self, gpuivf::kMaxK);
                 queries[q].nprobe = (int) points[j];
                 queries[q].rerank = sw->rerank ? Min(sw->C[g] + self, gpuivf::kMaxK) : 0;
@@ -399,7 +439,7 @@ SearchStage(SweepState *sw, const uint32 *points, int first, int last)
                     uint64      id = GpuivfTidToId(&hits[q][h].tid);
                     int         rank;
 
-                    if (id == sw->sample->self_heap_ids[q])
+                    if (id == sw->self_heap_ids[q])
                         continue;
                     rank = TruthRankOf(sw, q, id);
                     for (int c = g; c <= e && rank >= 0; c++)
@@ -523,10 +563,100 @@ SweepDone(const SweepState *sw, int prev, int last)
     return true;
 }
 
+/* Everything but the truth, the candidates and the sums, for nq queries
+ * (raw, with their own entries) and the k of ks[0 .. nk). */
+static void
+SweepInit(SweepState *sw, Relation index, const GpuivfMetaPageData *meta, int nq,
+          const float4 *queries, const uint64 *self_ids, const uint64 *self_heap_ids,
+          const int *ks, int nk, int npoints)
+{
+    int         lists = (int) meta->lists;
+
+    Assert(nk >= 1 && nk <= GPUIVF_CURVE_KS);
+    memset(sw, 0, sizeof(*sw));
+    sw->index = index;
+    sw->meta = *meta;
+    sw->nblocks = RelationGetNumberOfBlocks(index);
+    sw->rerank = (meta->flags & GPUIVF_META_RERANK) != 0;
+    sw->nq = nq;
+    sw->nk = nk;
+    sw->npoints = npoints;
+    for (int c = 0; c < nk; c++)
+    {
+        sw->ks[c] = ks[c];
+        /* what a scan of k rows keeps (search/round_one.cpp) */
+        sw->C[c] = GpuivfRerankCount(ks[c]);
+        sw->Cmax = Max(sw->Cmax, sw->rerank ? sw->C[c] : ks[c]);
+    }
+    sw->ordered = !sw->rerank || sw->C[0] < sw->Cmax;
+    sw->K = ks[nk - 1];
+    sw->queries = queries;
+    sw->self_ids = self_ids;
+    sw->self_heap_ids = self_heap_ids;
+    sw->query_prep = (float *) palloc(sizeof(float) * meta->dims);
+    sw->order = (int32 *) palloc(sizeof(int32) * lists);
+    sw->order_scores = (float *) palloc(sizeof(float) * lists);
+    sw->page_cap = GPUIVF_LIST_PAGE_CAPACITY(meta->code_size);
+    sw->page_codes = (uint8 *) palloc((Size) sw->page_cap * meta->code_size);
+    sw->page_ids = (uint64 *) palloc(sizeof(uint64) * sw->page_cap);
+    sw->snap_vals = (float *) palloc(sizeof(float) * sw->Cmax);
+    sw->snap_ids = (uint64 *) palloc(sizeof(uint64) * sw->Cmax);
+}
+
+/* Candidates per query a sweep of any k up to K keeps (calibration.h). */
+int
+GpuivfSweepCandidates(const GpuivfMetaPageData *meta, int K)
+{
+    int         cmax = K;
+
+    if ((meta->flags & GPUIVF_META_RERANK) != 0)
+        for (int k = 1; k <= K; k++)
+            cmax = Max(cmax, GpuivfRerankCount(k));
+    return cmax;
+}
+
+/*
+ * One process's part of a sweep stage (calibration.h): the queries claim()
+ * hands it, each continued from its candidates (cand_vals/cand_ids: cmax
+ * per query, cand_sizes: how many) and its hits at points first..last
+ * written at hits[q * (last - first + 1) * GPUIVF_CURVE_KS ...].  False when
+ * the index was rebuilt meanwhile.
+ */
+bool
+GpuivfSweepPart(Relation index, const GpuivfMetaPageData *meta, int nq, const float4 *queries,
+                const uint64 *self_ids, const uint64 *truth, const int *ks, int nk,
+                const uint32 *points, int first, int last, int from, int cmax, float *cand_vals,
+                uint64 *cand_ids, int32 *cand_sizes, int *hits,
+                int64 (*claim) (void *claim_arg), void *claim_arg)
+{
+    SweepState  sw;
+    Size        stride = (Size) (last - first + 1) * GPUIVF_CURVE_KS;
+    int64       q;
+    bool        ok = true;
+
+    SweepInit(&sw, index, meta, nq, queries, self_ids, NULL, ks, nk, GPUIVF_CURVE_POINTS);
+    Assert(sw.Cmax <= cmax);
+    RankTruth(&sw, truth);
+    while ((q = claim(claim_arg)) >= 0)
+    {
+        gpuivf::TopK cands;
+
+        gpuivf::topk_init(&cands, cand_vals + (Size) q * cmax, cand_ids + (Size) q * cmax,
+                          sw.Cmax);
+        cands.size = cand_sizes[q];
+        if (ok)
+            ok = SweepQueryStage(&sw, (int) q, &cands, points, first, last, from,
+                                 hits + (Size) q * stride);
+        cand_sizes[q] = cands.size;
+    }
+    return ok;
+}
+
 /* Measure the curves (calibration.h's private part, sample.h). */
 bool
 MeasureCurves(Relation index, const GpuivfMetaPageData *meta, const CalibSample *sample,
-              const uint64 *truth, const int *ks, int nk, GpuivfMetaPageData *calib)
+              const uint64 *truth, const int *ks, int nk, GpuivfTruthHelpers *helpers,
+              GpuivfMetaPageData *calib)
 {
     SweepState  sw;
     uint32      points[GPUIVF_CURVE_POINTS];
@@ -541,25 +671,8 @@ MeasureCurves(Relation index, const GpuivfMetaPageData *meta, const CalibSample 
     float      *cand_vals;
     uint64     *cand_ids;
 
-    Assert(nk >= 1 && nk <= GPUIVF_CURVE_KS);
-    memset(&sw, 0, sizeof(sw));
-    sw.index = index;
-    sw.meta = *meta;
-    sw.nblocks = RelationGetNumberOfBlocks(index);
-    sw.rerank = rerank;
-    sw.nq = sample->nq;
-    sw.nk = nk;
-    sw.npoints = npoints;
-    for (int c = 0; c < nk; c++)
-    {
-        sw.ks[c] = ks[c];
-        /* what a scan of k rows keeps (search/round_one.cpp) */
-        sw.C[c] = GpuivfRerankCount(ks[c]);
-        sw.Cmax = Max(sw.Cmax, sw.rerank ? sw.C[c] : ks[c]);
-    }
-    sw.ordered = !sw.rerank || sw.C[0] < sw.Cmax;
-    sw.K = ks[nk - 1];
-    sw.sample = sample;
+    SweepInit(&sw, index, meta, sample->nq, sample->queries, sample->self_ids,
+              sample->self_heap_ids, ks, nk, npoints);
     if (via_search)
     {
         /* the search answers heap TIDs: rank the truth by those */
@@ -567,6 +680,7 @@ MeasureCurves(Relation index, const GpuivfMetaPageData *meta, const CalibSample 
 
         EntryIdsToHeapIds(index, meta, truth, (int64) sw.nq * sw.K, truth_heap);
         RankTruth(&sw, truth_heap);
+        helpers = NULL;
     }
     else
         RankTruth(&sw, truth);
@@ -576,14 +690,6 @@ MeasureCurves(Relation index, const GpuivfMetaPageData *meta, const CalibSample 
     for (int q = 0; q < sw.nq; q++)
         gpuivf::topk_init(&sw.cands[q], cand_vals + (Size) q * sw.Cmax,
                           cand_ids + (Size) q * sw.Cmax, sw.Cmax);
-    sw.query_prep = (float *) palloc(sizeof(float) * meta->dims);
-    sw.order = (int32 *) palloc(sizeof(int32) * lists);
-    sw.order_scores = (float *) palloc(sizeof(float) * lists);
-    sw.page_cap = GPUIVF_LIST_PAGE_CAPACITY(meta->code_size);
-    sw.page_codes = (uint8 *) palloc((Size) sw.page_cap * meta->code_size);
-    sw.page_ids = (uint64 *) palloc(sizeof(uint64) * sw.page_cap);
-    sw.snap_vals = (float *) palloc(sizeof(float) * sw.Cmax);
-    sw.snap_ids = (uint64 *) palloc(sizeof(uint64) * sw.Cmax);
     sw.sum = (double *) palloc0(sizeof(double) * npoints * nk);
     sw.sumsq = (double *) palloc0(sizeof(double) * npoints * nk);
 
@@ -612,7 +718,7 @@ MeasureCurves(Relation index, const GpuivfMetaPageData *meta, const CalibSample 
                !(sw.rerank && (int) points[last + 1] == lists))
             last++;
         if (via_search ? !SearchStage(&sw, points, measured, last)
-            : !SweepStage(&sw, points, measured, last, from))
+            : !SweepStage(&sw, points, measured, last, from, helpers))
             return false;
         measured = last + 1;
 

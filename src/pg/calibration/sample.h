@@ -44,10 +44,11 @@ void        CalibSampleFinish(CalibSample *s);
 
 /* curve.cpp: measure the curves of ks[0..nk) (ascending) into calib
  * (calib_k, calib_npoints, calib_nprobe, calib_recall, calib_rerank) on the
- * queries of sample, whose exact top ks[nk - 1] are truth (entry ids);
- * false when the index was rebuilt meanwhile. */
+ * queries of sample, whose exact top ks[nk - 1] are truth (entry ids),
+ * each stage's queries shared out by helpers (may be NULL) when they ran the
+ * truth; false when the index was rebuilt meanwhile. */
 bool        MeasureCurves(Relation index, const GpuivfMetaPageData *meta,
                           const CalibSample *sample, const uint64 *truth, const int *ks, int nk,
-                          GpuivfMetaPageData *calib);
+                          GpuivfTruthHelpers *helpers, GpuivfMetaPageData *calib);
 
 #endif                          /* GPUIVF_CALIBRATION_SAMPLE_H */
