@@ -68,29 +68,30 @@ else
 fi
 export GPUIVF_TOOLS_DIR=$TOOLS
 DATA_ARGS=()
-if [ "${DATA:-}" = numpy ]; then
+case "${DATA:-}" in
+numpy | recipe)
+	# a data set for test/bench/run --dataset: gen_base.fvecs, gen_query.fvecs
+	# and gen_groundtruth.ivecs (exact top-100, on the GPU with torch when it can)
 	DATASET=/tmp/gpuivf-bench-data
 	rm -rf "$DATASET" && mkdir -p "$DATASET"
-	say "data: numpy, $ROWS x $DIMS and $QUERIES queries, ground truth on the GPU (torch) when it can"
-	"${PY:-python3}" test/gpu/gpuivf_device.py fvecs "$DATASET" "$ROWS" "$DIMS" "$QUERIES" || exit 1
+	if [ "$DATA" = numpy ]; then
+		say "data: numpy, $ROWS x $DIMS and $QUERIES queries"
+		"${PY:-python3}" test/gpu/gpuivf_device.py fvecs "$DATASET" "$ROWS" "$DIMS" "$QUERIES" || exit 1
+	else
+		P=${GEN_PARTS:-16}
+		say "data: gpuivf_gen in $P parts, $ROWS x $DIMS and $QUERIES queries"
+		for k in $(seq 0 $((P - 1))); do
+			# part 0 also writes the queries; the parts together are the rows
+			"$TOOLS/gpuivf_gen" --rows "$ROWS" --dims "$DIMS" --queries "$QUERIES" --part "$k/$P" \
+				--base "$DATASET/part$k.fvecs" $([ "$k" = 0 ] && echo --query "$DATASET/gen_query.fvecs") >/dev/null &
+		done
+		wait
+		for k in $(seq 0 $((P - 1))); do cat "$DATASET/part$k.fvecs" && rm -f "$DATASET/part$k.fvecs"; done > "$DATASET/gen_base.fvecs"
+		"${PY:-python3}" test/gpu/gpuivf_device.py gt "$DATASET" || exit 1
+	fi
 	chmod -R a+rX "$DATASET"
-	DATA_ARGS=(--dataset "$DATASET")
-elif [ "${DATA:-}" = recipe ]; then
-	DATASET=/tmp/gpuivf-bench-data
-	rm -rf "$DATASET" && mkdir -p "$DATASET"
-	P=${GEN_PARTS:-16}
-	say "data: gpuivf_gen in $P parts, $ROWS x $DIMS and $QUERIES queries, ground truth on the GPU (torch) when it can"
-	for k in $(seq 0 $((P - 1))); do
-		# part 0 also writes the queries; the parts together are the rows
-		"$TOOLS/gpuivf_gen" --rows "$ROWS" --dims "$DIMS" --queries "$QUERIES" --part "$k/$P" \
-			--base "$DATASET/part$k.fvecs" $([ "$k" = 0 ] && echo --query "$DATASET/gen_query.fvecs") >/dev/null &
-	done
-	wait
-	for k in $(seq 0 $((P - 1))); do cat "$DATASET/part$k.fvecs" && rm -f "$DATASET/part$k.fvecs"; done > "$DATASET/gen_base.fvecs"
-	"${PY:-python3}" test/gpu/gpuivf_device.py gt "$DATASET" || exit 1
-	chmod -R a+rX "$DATASET"
-	DATA_ARGS=(--dataset "$DATASET")
-fi
+	DATA_ARGS=(--dataset "$DATASET") ;;
+esac
 
 # ------------------------------------------------------ the benchmark
 # test/bench/run runs as root here and starts PostgreSQL as pgrun (runuser,

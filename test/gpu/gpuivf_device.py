@@ -141,17 +141,20 @@ def exact_top(base, qs, k):
     return exact_topk(base, qs, k)[0].astype(np.int32)
 
 
+def write_truth(outdir, base, qs):
+    write_vecs(outdir + '/gen_groundtruth.ivecs', exact_top(base, qs, 100), np.int32)
+
+
 def fvecs(outdir, n, d, nq):
     base, qs = clustered(n, d, nq)
     write_vecs(outdir + '/gen_base.fvecs', base, np.float32)
     write_vecs(outdir + '/gen_query.fvecs', qs, np.float32)
-    write_vecs(outdir + '/gen_groundtruth.ivecs', exact_top(base, qs, 100), np.int32)
+    write_truth(outdir, base, qs)
 
 
 def gt(outdir):
-    base = read_vecs(outdir + '/gen_base.fvecs', np.float32)
-    qs = read_vecs(outdir + '/gen_query.fvecs', np.float32)
-    write_vecs(outdir + '/gen_groundtruth.ivecs', exact_top(base, qs, 100), np.int32)
+    write_truth(outdir, read_vecs(outdir + '/gen_base.fvecs', np.float32),
+                read_vecs(outdir + '/gen_query.fvecs', np.float32))
 
 
 def read_results(path):

@@ -94,6 +94,13 @@ void        GpuivfRunCommand(GpuivfCommands *cmds, int command, int64 items,
 /* a worker: every command until EXIT */
 void        GpuivfServeCommands(GpuivfCommands *cmds, GpuivfParticipateFn participate, void *arg);
 
+/* An area in shared memory: a head, then arrays at offsets it records
+ * (off_x fields).  GpuivfLayoutArrays places n arrays of bytes[i] after a
+ * head of head_size (each MAXALIGNed) into off[], and returns the whole
+ * area's size. */
+Size        GpuivfLayoutArrays(Size head_size, const Size *bytes, int n, Size *off);
+#define GPUIVF_AREA_AT(area, off, type) ((type *) ((char *) (area) + (area)->off))
+
 /* ------------------------------------------------------- build_train.cpp */
 
 /*

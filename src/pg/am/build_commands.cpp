@@ -26,6 +26,19 @@ GpuivfCommandsInit(GpuivfCommands *c)
     pg_atomic_init_u64(&c->done, 0);
 }
 
+Size
+GpuivfLayoutArrays(Size head_size, const Size *bytes, int n, Size *off)
+{
+    Size        size = MAXALIGN(head_size);
+
+    for (int i = 0; i < n; i++)
+    {
+        off[i] = size;
+        size = add_size(size, MAXALIGN(bytes[i]));
+    }
+    return size;
+}
+
 /* The next item of generation gen's command, or -1 when none is left (or
  * the leader has moved on to a newer command). */
 int64

@@ -49,8 +49,6 @@ struct GpuivfTrainArea
     int64       label_rows;     /* LABEL: rows of the sample it labels */
 };
 
-#define AREA_AT(area, off, type) ((type *) ((char *) (area) + (area)->off))
-
 /* Where the arrays go after the head (into *area when not NULL); the
  * area's size. */
 static Size
@@ -64,13 +62,8 @@ Layout(int64 n, int dims, int lists, int pq_m, int pq_bits, GpuivfTrainArea *are
         mul_size(GpuivfCodebookFloats(dims, pq_m, pq_bits), sizeof(float)),
     };
     Size        off[lengthof(bytes)];
-    Size        size = MAXALIGN(sizeof(GpuivfTrainArea));
+    Size        size = GpuivfLayoutArrays(sizeof(GpuivfTrainArea), bytes, lengthof(bytes), off);
 
-    for (int i = 0; i < (int) lengthof(bytes); i++)
-    {
-        off[i] = size;
-        size = add_size(size, MAXALIGN(bytes[i]));
-    }
     if (area != NULL)
     {
         area->off_sample = off[0];
@@ -101,7 +94,7 @@ GpuivfTrainAreaInit(void *mem, const float *sample, int64 n, int dims, int lists
     area->pq_bits = pq_bits;
     area->n = n;
     (void) Layout(n, dims, lists, pq_m, pq_bits, area);
-    memcpy(AREA_AT(area, off_sample, float), sample, (Size) n * dims * sizeof(float));
+    memcpy(GPUIVF_AREA_AT(area, off_sample, float), sample, (Size) n * dims * sizeof(float));
     GpuivfCommandsInit(&area->cmds);
     return area;
 }
@@ -134,7 +127,7 @@ Participate(GpuivfCommands *cmds, uint32 gen, int command, int64 items, void *ar
     GpuivfTrainArea *area = (GpuivfTrainArea *) arg;
     gpuivf::CancelHook cancel = GpuivfCancelHook();
     int         d = area->dims;
-    float      *sample = AREA_AT(area, off_sample, float);
+    float      *sample = GPUIVF_AREA_AT(area, off_sample, float);
 
     if (command == TRAIN_LABEL)
     {
@@ -146,10 +139,10 @@ Participate(GpuivfCommands *cmds, uint32 gen, int command, int64 items, void *ar
             int64       r0 = b * GPUIVF_TRAIN_BLOCK;
             int64       len = Min((int64) GPUIVF_TRAIN_BLOCK, rows - r0);
 
-            GpuivfRaiseStatus(gpuivf::assign_nearest(AREA_AT(area, off_centroids, float),
-                                                     AREA_AT(area, off_norms, float), area->lists,
+            GpuivfRaiseStatus(gpuivf::assign_nearest(GPUIVF_AREA_AT(area, off_centroids, float),
+                                                     GPUIVF_AREA_AT(area, off_norms, float), area->lists,
                                                      d, sample + r0 * d, len,
-                                                     AREA_AT(area, off_labels, int32) + r0, NULL,
+                                                     GPUIVF_AREA_AT(area, off_labels, int32) + r0, NULL,
                                                      &cancel));
             GpuivfItemsDone(cmds, 1, items);
         }
@@ -161,7 +154,7 @@ Participate(GpuivfCommands *cmds, uint32 gen, int command, int64 items, void *ar
 
         GpuivfRaiseStatus(gpuivf::pq_train_claimed(sample, area->n, d, area->pq_m, area->pq_bits,
                                                    GPUIVF_TRAIN_SEED,
-                                                   AREA_AT(area, off_codebook, float), &wc,
+                                                   GPUIVF_AREA_AT(area, off_codebook, float), &wc,
                                                    &cancel));
         GpuivfItemsDone(cmds, claim.claimed, items);
     }
@@ -187,8 +180,8 @@ RunCommand(GpuivfTrainArea *area, int command, int64 items)
 static void
 LabelSample(GpuivfTrainArea *area, int64 rows)
 {
-    gpuivf::row_norms(AREA_AT(area, off_centroids, float), area->lists, area->dims,
-                      AREA_AT(area, off_norms, float));
+    gpuivf::row_norms(GPUIVF_AREA_AT(area, off_centroids, float), area->lists, area->dims,
+                      GPUIVF_AREA_AT(area, off_norms, float));
     area->label_rows = rows;
     RunCommand(area, TRAIN_LABEL, (rows + GPUIVF_TRAIN_BLOCK - 1) / GPUIVF_TRAIN_BLOCK);
 }
@@ -201,8 +194,8 @@ TrainCentroids(GpuivfTrainArea *area)
 {
     gpuivf::CancelHook cancel = GpuivfCancelHook();
     gpuivf::KMeansParams params = gpuivf::kmeans_default_params();
-    float      *sample = AREA_AT(area, off_sample, float);
-    float      *centroids = AREA_AT(area, off_centroids, float);
+    float      *sample = GPUIVF_AREA_AT(area, off_sample, float);
+    float      *centroids = GPUIVF_AREA_AT(area, off_centroids, float);
     gpuivf::KMeansRun *run;
     gpuivf::Status st;
     int32      *own_labels = NULL;
@@ -224,7 +217,7 @@ TrainCentroids(GpuivfTrainArea *area)
             if (rows == sample)
             {
                 LabelSample(area, nrows);
-                labels = AREA_AT(area, off_labels, int32);
+                labels = GPUIVF_AREA_AT(area, off_labels, int32);
             }
             else
             {
@@ -232,8 +225,8 @@ TrainCentroids(GpuivfTrainArea *area)
                     own_labels = (int32 *) palloc_extended((Size) nrows * sizeof(int32),
                                                            MCXT_ALLOC_HUGE);
                 gpuivf::row_norms(centroids, area->lists, area->dims,
-                                  AREA_AT(area, off_norms, float));
-                GpuivfRaiseStatus(gpuivf::assign_nearest(centroids, AREA_AT(area, off_norms, float),
+                                  GPUIVF_AREA_AT(area, off_norms, float));
+                GpuivfRaiseStatus(gpuivf::assign_nearest(centroids, GPUIVF_AREA_AT(area, off_norms, float),
                                                          area->lists, area->dims, rows, nrows,
                                                          own_labels, NULL, &cancel));
                 labels = own_labels;
@@ -261,9 +254,9 @@ GpuivfTrainOnCpu(GpuivfTrainArea *area, float *centroids, float *centroid_norms,
 {
     int         d = area->dims;
     int64       n = area->n;
-    float      *sample = AREA_AT(area, off_sample, float);
-    const float *trained = AREA_AT(area, off_centroids, float);
-    const int32 *labels = AREA_AT(area, off_labels, int32);
+    float      *sample = GPUIVF_AREA_AT(area, off_sample, float);
+    const float *trained = GPUIVF_AREA_AT(area, off_centroids, float);
+    const int32 *labels = GPUIVF_AREA_AT(area, off_labels, int32);
 
     instr_time  start;
 
@@ -286,7 +279,7 @@ GpuivfTrainOnCpu(GpuivfTrainArea *area, float *centroids, float *centroid_norms,
     GpuivfAddSeconds(t_pq, &start);
 
     memcpy(centroids, trained, (Size) area->lists * d * sizeof(float));
-    memcpy(centroid_norms, AREA_AT(area, off_norms, float), (Size) area->lists * sizeof(float));
-    memcpy(codebook, AREA_AT(area, off_codebook, float),
+    memcpy(centroid_norms, GPUIVF_AREA_AT(area, off_norms, float), (Size) area->lists * sizeof(float));
+    memcpy(codebook, GPUIVF_AREA_AT(area, off_codebook, float),
            GpuivfCodebookFloats(d, area->pq_m, area->pq_bits) * sizeof(float));
 }

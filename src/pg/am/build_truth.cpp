@@ -57,8 +57,6 @@ struct GpuivfTruthArea
     Size        off_hits;       /* nq * GPUIVF_CURVE_POINTS * GPUIVF_CURVE_KS int */
 };
 
-#define AREA_AT(area, off, type) ((type *) ((char *) (area) + (area)->off))
-
 static Size
 Layout(int nq, int dims, int k, int slots, int cmax, GpuivfTruthArea *area)
 {
@@ -76,13 +74,8 @@ Layout(int nq, int dims, int k, int slots, int cmax, GpuivfTruthArea *area)
         mul_size((Size) nq, GPUIVF_CURVE_POINTS * GPUIVF_CURVE_KS * sizeof(int)),
     };
     Size        off[lengthof(bytes)];
-    Size        size = MAXALIGN(sizeof(GpuivfTruthArea));
+    Size        size = GpuivfLayoutArrays(sizeof(GpuivfTruthArea), bytes, lengthof(bytes), off);
 
-    for (int i = 0; i < (int) lengthof(bytes); i++)
-    {
-        off[i] = size;
-        size = add_size(size, MAXALIGN(bytes[i]));
-    }
     if (area != NULL)
     {
         area->off_queries = off[0];
@@ -132,12 +125,12 @@ ParticipateSweep(TruthParticipant *tp, RangeClaim *claim)
 {
     GpuivfTruthArea *area = tp->area;
 
-    if (!GpuivfSweepPart(tp->index, &area->meta, area->nq, AREA_AT(area, off_queries, float4),
-                         AREA_AT(area, off_exclude, uint64), AREA_AT(area, off_truth, uint64),
+    if (!GpuivfSweepPart(tp->index, &area->meta, area->nq, GPUIVF_AREA_AT(area, off_queries, float4),
+                         GPUIVF_AREA_AT(area, off_exclude, uint64), GPUIVF_AREA_AT(area, off_truth, uint64),
                          GpuivfCalibKs, GPUIVF_CURVE_KS, area->points, area->first, area->last,
-                         area->from, area->cmax, AREA_AT(area, off_cand_vals, float),
-                         AREA_AT(area, off_cand_ids, uint64), AREA_AT(area, off_cand_sizes, int32),
-                         AREA_AT(area, off_hits, int), NextRange, claim))
+                         area->from, area->cmax, GPUIVF_AREA_AT(area, off_cand_vals, float),
+                         GPUIVF_AREA_AT(area, off_cand_ids, uint64), GPUIVF_AREA_AT(area, off_cand_sizes, int32),
+                         GPUIVF_AREA_AT(area, off_hits, int), NextRange, claim))
         pg_atomic_write_u32(&area->rebuilt, 1);
 }
 
@@ -173,15 +166,15 @@ Participate(GpuivfCommands *cmds, uint32 gen, int command, int64 items, void *ar
     vals = (float *) palloc_extended(sizeof(float) * pairs, MCXT_ALLOC_HUGE);
     ids = (uint64 *) palloc_extended(sizeof(uint64) * pairs, MCXT_ALLOC_HUGE);
     GpuivfExactKnnPart(tp->index, &area->meta, area->nblocks, area->nq,
-                       AREA_AT(area, off_queries, float4), AREA_AT(area, off_exclude, uint64),
+                       GPUIVF_AREA_AT(area, off_queries, float4), GPUIVF_AREA_AT(area, off_exclude, uint64),
                        area->k, NextRange, &claim, vals, ids);
     if (claim.claimed > 0)
     {
         uint32      part = pg_atomic_fetch_add_u32(&area->next_part, 1);
 
         Assert((int) part < area->slots);
-        memcpy(AREA_AT(area, off_vals, float) + part * pairs, vals, sizeof(float) * pairs);
-        memcpy(AREA_AT(area, off_ids, uint64) + part * pairs, ids, sizeof(uint64) * pairs);
+        memcpy(GPUIVF_AREA_AT(area, off_vals, float) + part * pairs, vals, sizeof(float) * pairs);
+        memcpy(GPUIVF_AREA_AT(area, off_ids, uint64) + part * pairs, ids, sizeof(uint64) * pairs);
     }
     pfree(vals);
     pfree(ids);
@@ -241,10 +234,10 @@ InitArea(void *mem, void *arg)
     area->cmax = ti->cmax;
     pg_atomic_init_u32(&area->rebuilt, 0);
     (void) Layout(ti->nq, (int) ti->meta->dims, ti->k, ti->slots, ti->cmax, area);
-    memset(AREA_AT(area, off_cand_sizes, int32), 0, sizeof(int32) * (Size) ti->nq);
-    memcpy(AREA_AT(area, off_queries, float4), ti->queries,
+    memset(GPUIVF_AREA_AT(area, off_cand_sizes, int32), 0, sizeof(int32) * (Size) ti->nq);
+    memcpy(GPUIVF_AREA_AT(area, off_queries, float4), ti->queries,
            sizeof(float4) * (Size) ti->nq * ti->meta->dims);
-    memcpy(AREA_AT(area, off_exclude, uint64), ti->exclude, sizeof(uint64) * (Size) ti->nq);
+    memcpy(GPUIVF_AREA_AT(area, off_exclude, uint64), ti->exclude, sizeof(uint64) * (Size) ti->nq);
     ti->area = area;
 }
 
@@ -282,9 +275,9 @@ RunTruth(GpuivfTruthHelpers *helpers, Relation index, const GpuivfMetaPageData *
     tb->me.index = index;
     GpuivfRunCommand(&area->cmds, TRUTH_PART, GpuivfTruthRanges(ti.nblocks), Participate, &tb->me);
     GpuivfExactKnnMerge(nq, k, (int) pg_atomic_read_u32(&area->next_part),
-                        AREA_AT(area, off_vals, float), AREA_AT(area, off_ids, uint64), out_ids,
+                        GPUIVF_AREA_AT(area, off_vals, float), GPUIVF_AREA_AT(area, off_ids, uint64), out_ids,
                         out_scores);
-    memcpy(AREA_AT(area, off_truth, uint64), out_ids, sizeof(uint64) * (Size) nq * k);
+    memcpy(GPUIVF_AREA_AT(area, off_truth, uint64), out_ids, sizeof(uint64) * (Size) nq * k);
     helpers->participants = participants;
     return true;
 }
@@ -306,7 +299,7 @@ RunSweepStage(GpuivfTruthHelpers *helpers, int cmax, const uint32 *points, int f
     area->from = from;
     GpuivfRunCommand(&area->cmds, SWEEP_STAGE, area->nq, Participate, &tb->me);
     helpers->swept = true;
-    *hits = pg_atomic_read_u32(&area->rebuilt) != 0 ? NULL : AREA_AT(area, off_hits, int);
+    *hits = pg_atomic_read_u32(&area->rebuilt) != 0 ? NULL : GPUIVF_AREA_AT(area, off_hits, int);
     return true;
 }
 
