@@ -14,6 +14,9 @@
 #     cp /tmp/pgvector/vector.so /tmp/pgvector/vector.control /tmp/pgvector/sql/vector--*.sql KIT/
 #   ROWS=10000000 DIMS=128 bash test/bench/scale_on_gpu.sh .device-worker     (the default)
 #   ROWS=5000000 DIMS=768 RERANK=false bash test/bench/scale_on_gpu.sh .device-worker
+#   ROWS=5000000 DIMS=768 TYPE=halfvec PGVECTOR=0 bash test/bench/scale_on_gpu.sh .device-worker
+#   ALSO_LISTS="6324" ...   after step 4, the index rebuilt with each of these
+#       list counts and measured at the first target (steps 2 and 3 again)
 #   GPUIVF_LOCAL=1 ROWS=200000 STREAMS=2 WORKERS=1 ... (a dry run here, with the
 #       installed PostgreSQL of PG_CONFIG and ENGINE=path/to/gpuivf_fake_gpu.so)
 #
@@ -22,6 +25,9 @@
 #      on this machine, each straight into a binary COPY of its own (FIFOs),
 #      and into scale_truth.py, which computes the exact top-10 of the NQ
 #      queries on the GPU (torch) once the rows are in; then VACUUM ANALYZE;
+#      TYPE = real[] (default), vector or halfvec (pgvector's types, through
+#      gpuivf_vector's operator classes; the exact top-10 of halfvec rows is
+#      that of the rows and queries rounded to half precision);
 #   2. CREATE INDEX USING gpuivf on the GPU with WORKERS parallel workers:
 #      time, the build's phases (its DEBUG1 line), index size, the peak
 #      private memory (RssAnon) of the building backend, of its parallel
@@ -36,10 +42,15 @@
 #   4. INSERTERS clients inserting while 64 query (BENCH_S seconds): both
 #      rates and the queries' p99; then 20 rows, each inserted and committed,
 #      must each be the answer of the next GPU query for its own vector;
+#   4b. ALSO_LISTS: step 4's rows deleted, the index rebuilt with each list
+#      count, steps 2-3 at the first target;
 #   5. pgvector, when the kit has it and time remains: a vector(DIMS) copy of
 #      the table, hnsw (m 16, ef_construction 64, WORKERS workers) and
 #      ivfflat, each bounded by the time left; a build cut short reports how
 #      far it got (pg_stat_progress_create_index).
+# Every pgbench step also reports, from gpuivf_stat and /proc/stat over its
+# run: the GPU worker's busy share (GPU time / wall), its mean batch size and
+# the machine's CPU busy share: which side limits the rate.
 # $OUT gets progress.txt, summary.md, results.csv and build.csv (the format of
 # test/bench/run, for test/bench/plot.py), and the logs.
 set -u
@@ -52,6 +63,8 @@ STREAMS=${STREAMS:-16}
 WORKERS=${WORKERS:-15}
 LISTS=${LISTS:-0}                 # 0: the index's automatic lists
 RERANK=${RERANK:-true}
+TYPE=${TYPE:-real[]}              # real[], vector or halfvec
+ALSO_LISTS=${ALSO_LISTS:-}
 MWM=${MWM:-8GB}                   # maintenance_work_mem of the builds
 HNSW_MWM=${HNSW_MWM:-20GB}
 SHARED_BUFFERS=${SHARED_BUFFERS:-24GB}
@@ -65,6 +78,13 @@ PGVECTOR=${PGVECTOR:-1}
 # 5M x 768 as vector would not fit the machine's 64 GB disk beside the real[]
 # table, 20 GB, and the WAL, kept to 8 GB there)
 PGV_TYPE=${PGV_TYPE:-$([ "$DIMS" -gt 400 ] && echo halfvec || echo vector)}
+# the column's type, the query vector's cast to it, the index's operator class
+case "$TYPE" in
+	'real[]') COLTYPE='real[]' QCAST='' OPCLASS='' COPYSUF=bin ;;
+	vector | halfvec) COLTYPE="$TYPE($DIMS)" QCAST="::$TYPE($DIMS)" OPCLASS=" ${TYPE}_l2_ops" COPYSUF=$TYPE.bin
+		PGV_TYPE=$TYPE ;;
+	*) echo "error: TYPE must be real[], vector or halfvec" >&2; exit 1 ;;
+esac
 TIME_LIMIT=${TIME_LIMIT:-530}
 PORT=${PORT:-5433}
 W=${W:-/tmp/gpuivf-scale}
@@ -91,7 +111,7 @@ wal=()
 start_server pg "$PORT" "listen_addresses = ''" "shared_preload_libraries = 'gpuivf'" "max_connections = 200" \
 	"max_worker_processes = 40" "max_parallel_workers = 32" "max_parallel_maintenance_workers = $WORKERS" "${wal[@]}"
 sleep 2
-sql "CREATE EXTENSION gpuivf;"
+if [ "$TYPE" = 'real[]' ]; then sql "CREATE EXTENSION gpuivf;"; else sql "CREATE EXTENSION gpuivf_vector CASCADE;"; fi
 for _ in $(seq 1 60); do
 	[ "$(sql "SELECT count(*) FROM gpuivf_stat WHERE state = 'ready'")" -gt 0 ] && break
 	sleep 0.5
@@ -127,7 +147,7 @@ mem_sampler() {
 # ------------------------------------------------------------------ 1. data
 say "1. data: $ROWS x $DIMS, $NQ queries, $STREAMS streams"
 storage=$([ "$DIMS" -gt 400 ] && echo PLAIN || echo EXTENDED)   # a 768-float real[] fits a page
-sql "CREATE TABLE items (id bigint, v real[]); ALTER TABLE items ALTER v SET STORAGE $storage;
+sql "CREATE TABLE items (id bigint, v $COLTYPE); ALTER TABLE items ALTER v SET STORAGE $storage;
      CREATE TABLE queries (id bigint PRIMARY KEY, v real[]); CREATE TABLE truth (qid int, rank int, id bigint);"
 "$W/gpuivf_gen" --rows "$ROWS" --dims "$DIMS" --queries "$NQ" --query "$W/queries.bin" --query "$W/queries.fvecs" >/dev/null || exit 1
 chown "$PGUSER_OS" "$W"/queries.*
@@ -136,20 +156,20 @@ truth=$(python3 -c 'import numpy' 2>/dev/null && echo 1 || echo 0)
 t0=$(now)
 parts=()
 for ((k = 0; k < STREAMS; k++)); do
-	mkfifo "$W/copy$k.bin"
+	mkfifo "$W/copy$k.$COPYSUF"
 	[ "$truth" = 1 ] && mkfifo "$W/part$k.fvecs" && parts+=("$W/part$k.fvecs")
-	chown "$PGUSER_OS" "$W/copy$k.bin"
+	chown "$PGUSER_OS" "$W/copy$k.$COPYSUF"
 done
 truth_pid=
 if [ "$truth" = 1 ]; then
-	python3 "$REPO/test/bench/scale_truth.py" "$W/queries.fvecs" 10 "$ROWS" "$W/truth.tsv" "${parts[@]}" > "$W/truth.log" 2>&1 &
+	python3 "$REPO/test/bench/scale_truth.py" $([ "$TYPE" = halfvec ] && echo --half) "$W/queries.fvecs" 10 "$ROWS" "$W/truth.tsv" "${parts[@]}" > "$W/truth.log" 2>&1 &
 	truth_pid=$!
 fi
 gens=()
 for ((k = 0; k < STREAMS; k++)); do
-	as_pg "psql -X -q -c \"COPY items FROM '$W/copy$k.bin' WITH (FORMAT binary)\"" > "$W/copy$k.log" 2>&1 &
+	as_pg "psql -X -q -c \"COPY items FROM '$W/copy$k.$COPYSUF' WITH (FORMAT binary)\"" > "$W/copy$k.log" 2>&1 &
 	gens+=($!)
-	"$W/gpuivf_gen" --rows "$ROWS" --dims "$DIMS" --part "$k/$STREAMS" --base "$W/copy$k.bin" \
+	"$W/gpuivf_gen" --rows "$ROWS" --dims "$DIMS" --part "$k/$STREAMS" --base "$W/copy$k.$COPYSUF" \
 		${parts[$k]:+--base "${parts[$k]}"} > /dev/null &
 	gens+=($!)
 done
@@ -172,64 +192,92 @@ HEAP=$(sql "SELECT pg_size_pretty(pg_table_size('items'))")
 say "   loaded $(sql "SELECT count(*) FROM items") rows in ${LOAD_S}s ($STREAMS COPY streams), truth $(tail -1 "$W/truth.log") after $(secs "$t1" "$t2")s more, VACUUM ANALYZE ${VACUUM_S}s; table $HEAP"
 
 # ------------------------------------------------------------ 2. the build
-with="rerank = $RERANK"
-[ "$LISTS" != 0 ] && with="$with, lists = $LISTS"
-say "2. CREATE INDEX USING gpuivf WITH ($with), $WORKERS workers, maintenance_work_mem $MWM"
-mem_sampler &
-mem_pid=$!
-t0=$(now)
-sql "SET gpuivf.device = gpu; SET client_min_messages = debug1; CREATE INDEX items_gpuivf ON items USING gpuivf (v) WITH ($with);" 2> "$W/build.log" || { tail -5 "$W/build.log"; }
-t1=$(now)
-touch "$W/mem.stop"; wait "$mem_pid"
-BUILD_S=$(secs "$t0" "$t1")
-BUILD_MEM=$(cat "$W/mem.txt" 2>/dev/null)
-PHASES=$(grep -ho 'gpuivf build of "[^"]*": [0-9]* rows.*' "$W/build.log" | sed 's/^gpuivf build of "[^"]*": //')
-CALIB=$(grep -ho 'calibrated on .*' "$W/build.log" | head -1)
-INDEX_SIZE=$(sql "SELECT pg_size_pretty(pg_relation_size('items_gpuivf'))")
-INDEX_BYTES=$(sql "SELECT pg_relation_size('items_gpuivf')")
-INFO=$(sql "SELECT format('lists %s, pq_m %s, probes %s', i->>'lists', i->>'pq_m', i->'probes'->>'in_use') FROM (SELECT gpuivf_index_info('items_gpuivf') i) s")
-say "   ${BUILD_S}s, index $INDEX_SIZE ($INFO); $BUILD_MEM"
-say "   phases: $PHASES"
-say "   calibration: $CALIB"
-grep -h 'NOTICE\|ERROR' "$W/build.log" | head -5 | tee -a "$OUT/progress.txt"
+# build_index LISTS: CREATE INDEX items_gpuivf (LISTS 0: automatic); sets
+# with, BUILD_S, BUILD_MEM, PHASES, CALIB, INDEX_SIZE, INFO
+build_index() {
+	local mem_pid t0 t1 bytes
+	with="rerank = $RERANK"
+	[ "$1" != 0 ] && with="$with, lists = $1"
+	say "2. CREATE INDEX USING gpuivf (v$OPCLASS) WITH ($with), $WORKERS workers, maintenance_work_mem $MWM"
+	mem_sampler &
+	mem_pid=$!
+	t0=$(now)
+	sql "SET gpuivf.device = gpu; SET client_min_messages = debug1; CREATE INDEX items_gpuivf ON items USING gpuivf (v$OPCLASS) WITH ($with);" 2> "$W/build.log" || { tail -5 "$W/build.log"; }
+	t1=$(now)
+	touch "$W/mem.stop"; wait "$mem_pid"
+	BUILD_S=$(secs "$t0" "$t1")
+	BUILD_MEM=$(cat "$W/mem.txt" 2>/dev/null)
+	PHASES=$(grep -ho 'gpuivf build of "[^"]*": [0-9]* rows.*' "$W/build.log" | sed 's/^gpuivf build of "[^"]*": //')
+	CALIB=$(grep -ho 'calibrated on .*' "$W/build.log" | head -1)
+	INDEX_SIZE=$(sql "SELECT pg_size_pretty(pg_relation_size('items_gpuivf'))")
+	bytes=$(sql "SELECT pg_relation_size('items_gpuivf')")
+	INFO=$(sql "SELECT format('lists %s, pq_m %s, probes %s', i->>'lists', i->>'pq_m', i->'probes'->>'in_use') FROM (SELECT gpuivf_index_info('items_gpuivf') i) s")
+	say "   ${BUILD_S}s, index $INDEX_SIZE ($INFO); $BUILD_MEM"
+	say "   phases: $PHASES"
+	say "   calibration: $CALIB"
+	grep -h 'NOTICE\|ERROR' "$W/build.log" | head -5 | tee -a "$OUT/progress.txt"
+	echo "gpuivf,\"$with; $WORKERS workers\",$ROWS,$DIMS,$BUILD_S,${bytes:-0}" >> "$OUT/build.csv"
+	BUILD_ROWS+=("| CREATE INDEX ($with, $WORKERS workers) | ${BUILD_S} s, index $INDEX_SIZE ($INFO) |"
+		"| build phases | $PHASES |" "| calibration | $CALIB |" "| peak memory during the build | $BUILD_MEM |")
+}
+BUILD_ROWS=()
 echo "system,params,rows,dims,build_s,index_bytes" > "$OUT/build.csv"
-echo "gpuivf,\"$with; $WORKERS workers\",$ROWS,$DIMS,$BUILD_S,${INDEX_BYTES:-0}" >> "$OUT/build.csv"
+build_index "$LISTS"
 
 # ---------------------------------------------- 3. recall and throughput
 cat > "$W/knn.sql" <<EOF
 \set q random(0, $((NQ - 1)))
-SELECT id FROM items ORDER BY v <-> (SELECT v FROM queries WHERE id = :q) LIMIT 10;
+SELECT id FROM items ORDER BY v <-> (SELECT v$QCAST FROM queries WHERE id = :q) LIMIT 10;
 EOF
 chown "$PGUSER_OS" "$W/knn.sql"
 recall() {   # settings -> recall@10 over all queries ("-" without exact results)
 	[ "$(sql "SELECT count(*) > 0 FROM truth")" = t ] || { echo "-"; return; }
 	sql "$1 SELECT round(avg(hit), 4) FROM (SELECT (SELECT count(*) FROM truth t WHERE t.qid = q.id AND t.id = ANY (
-	       ARRAY(SELECT i.id FROM items i ORDER BY i.v <-> q.v LIMIT 10))) / 10.0 AS hit FROM queries q) s"
+	       ARRAY(SELECT i.id FROM items i ORDER BY i.v <-> q.v$QCAST LIMIT 10))) / 10.0 AS hit FROM queries q) s"
 }
-# pgbench LABEL CLIENTS SCRIPT OPTIONS -> "tps p50 p99" (ms, from the transaction log)
+# the GPU workers' queries, batches and GPU time (ms), and the machine's
+# busy and total CPU ticks (/proc/stat)
+wcount() { sql "SELECT coalesce(sum(queries), 0) || ' ' || coalesce(sum(batches), 0) || ' ' || coalesce(sum(gpu_time_ms), 0) FROM gpuivf_stat"; }
+cputicks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat; }
+# pgbench LABEL CLIENTS SCRIPT OPTIONS -> "tps p50 p99" (ms, from the
+# transaction log); $W/stats_LABEL.txt: the GPU workers' busy share (GPU
+# time / wall), their mean batch and the machine's CPU busy share meanwhile
 bench() {
-	local c=$2 j=$(($2 < 16 ? $2 : 16))
+	local c=$2 j=$(($2 < 16 ? $2 : 16)) w0 w1 c0 c1 t0 t1 tps
 	rm -f "$W"/pgb_"$1"*
+	w0=$(wcount); c0=$(cputicks); t0=$(now)
 	as_pg "PGOPTIONS='$4' pgbench -n -M prepared -c $c -j $j -T $BENCH_S -l --log-prefix=$W/pgb_$1 -f $3 postgres" > "$W/pgbench_$1.log" 2>&1
-	local tps
+	t1=$(now); c1=$(cputicks); w1=$(wcount)
+	echo "$w0 $w1 $c0 $c1 $t0 $t1" | awk '{ wall = ($12 - $11) * 1000; b = $5 - $2; tot = $10 - $8
+		gpu = 0; batch = 0; cpu = 0
+		if (wall > 0) gpu = 100 * ($6 - $3) / wall
+		if (b > 0) batch = ($4 - $1) / b
+		if (tot > 0) cpu = 100 * ($9 - $7) / tot
+		printf "GPU busy %.0f %%, mean batch %.1f, CPU busy %.0f %%\n", gpu, batch, cpu }' > "$W/stats_$1.txt"
 	tps=$(awk '/^tps/ { printf "%.0f", $3; exit }' "$W/pgbench_$1.log")
 	cat "$W"/pgb_"$1"* 2>/dev/null | awk '{ print $3 / 1000.0 }' | sort -n |
 		awk -v tps="${tps:-0}" '{ a[NR] = $1 } END { if (NR) printf "%s %.3f %.3f\n", tps, a[int(NR * 0.5) + 1], a[int(NR * 0.99) + 1]; else print tps " - -" }'
 }
 echo "system,device,params,rows,dims,queries,metric,knob,value,clients,recall_at_10,qps,lat_avg_ms,lat_p50_ms,lat_p99_ms" > "$OUT/results.csv"
-declare -A RES
-for target in $TARGETS; do
-	[ "$(left)" -lt 60 ] && { say "3. SKIPPED target $target: out of time"; continue; }
+RES_ROWS=()
+# measure TARGET STEP: the index's probes and recall@10 at TARGET, and QPS
+# at each CLIENTS count
+measure() {
+	local target=$1 set_t probes r c tps p50 p99
 	set_t="SET gpuivf.device = gpu; SET gpuivf.target_recall = $target;"
 	probes=$(sql "LOAD 'gpuivf'; $set_t SELECT gpuivf_index_info('items_gpuivf') -> 'probes' ->> 'in_use'")
 	r=$(recall "$set_t")
-	say "3. target $target: probes $probes, recall@10 $r"
+	say "$2. target $target: probes $probes, recall@10 $r"
 	for c in $CLIENTS; do
 		read -r tps p50 p99 <<< "$(bench "t${target}_c$c" "$c" "$W/knn.sql" "-c gpuivf.device=gpu -c gpuivf.target_recall=$target")"
-		RES["$target,$c"]="$r $probes $tps $p50 $p99"
-		say "   $c clients: $tps QPS, p50 $p50 ms, p99 $p99 ms"
+		RES_ROWS+=("| $with; target $target: probes $probes, recall@10 $r, $c clients | $tps QPS, p50 $p50 ms, p99 $p99 ms; $(cat "$W/stats_t${target}_c$c.txt") |")
+		say "   $c clients: $tps QPS, p50 $p50 ms, p99 $p99 ms; $(cat "$W/stats_t${target}_c$c.txt")"
 		echo "gpuivf,gpu,\"$with\",$ROWS,$DIMS,$NQ,l2,target_recall,$target,$c,$r,$tps,0,$p50,$p99" >> "$OUT/results.csv"
 	done
+}
+for target in $TARGETS; do
+	[ "$(left)" -lt 60 ] && { say "3. SKIPPED target $target: out of time"; continue; }
+	measure "$target" 3
 done
 
 # ------------------------------- 3b. an index twice the GPU memory limit
@@ -245,7 +293,7 @@ if [ "$HOST_RERANK" = 1 ] && [ "$RERANK" = true ] && [ "$(left)" -gt $((3 * BENC
 		HOST="gpu_memory_limit $((full / 2048 / 1024)) MB (the copy with vectors: $((full >> 20)) MB); recall@10 $r"
 		for c in $CLIENTS; do
 			read -r tps p50 p99 <<< "$(bench "host_c$c" "$c" "$W/knn.sql" "-c gpuivf.device=gpu -c gpuivf.target_recall=$target")"
-			HOST="$HOST; $c clients $tps QPS (p50 $p50, p99 $p99 ms)"
+			HOST="$HOST; $c clients $tps QPS (p50 $p50, p99 $p99 ms; $(cat "$W/stats_host_c$c.txt"))"
 			echo "gpuivf host re-rank,gpu,\"$with; gpu_memory_limit $((full / 2048))kB\",$ROWS,$DIMS,$NQ,l2,target_recall,$target,$c,$r,$tps,0,$p50,$p99" >> "$OUT/results.csv"
 		done
 		where=$(sql "SELECT string_agg(format('%s MB, rerank %s', (e->>'bytes')::bigint >> 20, e->>'rerank'), '; ') FROM jsonb_array_elements(gpuivf_index_info('items_gpuivf') -> 'gpu_cache') e")
@@ -279,7 +327,7 @@ if [ "$INSERTERS" -gt 0 ] && [ "$(left)" -gt $((BENCH_S + 40)) ]; then
 	sql "CREATE SEQUENCE ins_ids START 1000000000;"
 	cat > "$W/ins.sql" <<EOF
 \set q random(0, $((NQ - 1)))
-INSERT INTO items SELECT nextval('ins_ids'), ARRAY(SELECT x + 0.01 * (random() - 0.5) FROM unnest(v) x)::real[] FROM queries WHERE id = :q;
+INSERT INTO items SELECT nextval('ins_ids'), (ARRAY(SELECT x + 0.01 * (random() - 0.5) FROM unnest(v) x)::real[])$QCAST FROM queries WHERE id = :q;
 EOF
 	chown "$PGUSER_OS" "$W/ins.sql"
 	# the worker's catch-ups meanwhile: its DEBUG1 line per catch-up (SyncCopy)
@@ -298,25 +346,40 @@ EOF
 	CATCHUP=$(catchup_summary "$W/catchup.log")
 	fresh=0
 	for k in $(seq 1 20); do
-		got=$(sql "INSERT INTO items SELECT -$k, ARRAY(SELECT x + 0.5 FROM unnest(v) x)::real[] FROM queries WHERE id = $k;
-		           SET gpuivf.device = gpu; SELECT id FROM items ORDER BY v <-> (SELECT ARRAY(SELECT x + 0.5 FROM unnest(v) x)::real[] FROM queries WHERE id = $k) LIMIT 1;" 2>&1)
+		got=$(sql "INSERT INTO items SELECT -$k, (ARRAY(SELECT x + 0.5 FROM unnest(v) x)::real[])$QCAST FROM queries WHERE id = $k;
+		           SET gpuivf.device = gpu; SELECT id FROM items ORDER BY v <-> (SELECT (ARRAY(SELECT x + 0.5 FROM unnest(v) x)::real[])$QCAST FROM queries WHERE id = $k) LIMIT 1;" 2>&1)
 		[ "$got" = "-$k" ] && fresh=$((fresh + 1))
 	done
-	INSERTS="$INSERTERS inserting: $itps rows/s (p99 $ip99 ms); 64 querying meanwhile: $qtps QPS, p99 $qp99 ms; committed rows found by the next GPU query: $fresh of 20; catch-ups of the GPU copy: $ups ($CATCHUP)"
+	INSERTS="$INSERTERS inserting: $itps rows/s (p99 $ip99 ms); 64 querying meanwhile: $qtps QPS, p99 $qp99 ms ($(cat "$W/stats_mixq.txt")); committed rows found by the next GPU query: $fresh of 20; catch-ups of the GPU copy: $ups ($CATCHUP)"
 	say "4. $INSERTS"
 fi
+
+# ------------------------------------------------- 4b. other list counts
+for lists in $ALSO_LISTS; do
+	[ "$(left)" -lt $((2 * BENCH_S * $(echo $CLIENTS | wc -w) + 90)) ] && { say "4b. SKIPPED lists $lists: out of time"; continue; }
+	# the index of the original rows: step 4's rows (near copies of the
+	# queries) would change the exact answers
+	sql "DROP INDEX items_gpuivf; DELETE FROM items WHERE id < 0 OR id >= $ROWS; VACUUM items;"
+	build_index "$lists"
+	measure "${TARGETS%% *}" 4b
+done
 
 # ------------------------------------------------------------ 5. pgvector
 PGV="not run"
 if [ "$PGVECTOR" = 1 ] && [ "$(sql "SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'")" = 1 ] && [ "$(left)" -gt 90 ]; then
 	t0=$(now)
-	sql "CREATE EXTENSION vector; CREATE TABLE items_v (id bigint, v $PGV_TYPE($DIMS));"
-	for ((k = 0; k < STREAMS; k++)); do
-		sql "INSERT INTO items_v SELECT id, v::vector($DIMS)::$PGV_TYPE($DIMS) FROM items WHERE id >= 0 AND id < $ROWS AND id % $STREAMS = $k;" &
-	done
-	wait
-	sql "VACUUM ANALYZE items_v;"
-	say "5. pgvector: $PGV_TYPE($DIMS) copy of the table in $(secs "$t0" "$(now)")s"
+	PGV_TABLE=$([ "$TYPE" = 'real[]' ] && echo items_v || echo items)
+	if [ "$TYPE" = 'real[]' ]; then
+		sql "CREATE EXTENSION vector; CREATE TABLE items_v (id bigint, v $PGV_TYPE($DIMS));"
+		for ((k = 0; k < STREAMS; k++)); do
+			sql "INSERT INTO items_v SELECT id, v::vector($DIMS)::$PGV_TYPE($DIMS) FROM items WHERE id >= 0 AND id < $ROWS AND id % $STREAMS = $k;" &
+		done
+		wait
+		sql "VACUUM ANALYZE items_v;"
+		say "5. pgvector: $PGV_TYPE($DIMS) copy of the table in $(secs "$t0" "$(now)")s"
+	else
+		say "5. pgvector: on the same $PGV_TYPE($DIMS) table"
+	fi
 	# pgvector_build NAME DDL -> a line: time, or how far it got when cut short
 	pgvector_build() {
 		local budget=$(( $(left) - 20 )) t0 res prog
@@ -334,9 +397,9 @@ if [ "$PGVECTOR" = 1 ] && [ "$(sql "SELECT count(*) FROM pg_available_extensions
 		fi
 	}
 	lists_v=$([ "$LISTS" != 0 ] && echo "$LISTS" || awk "BEGIN { n = $ROWS; print (n <= 1000000 ? int(n / 1000) : int(sqrt(n))) }")
-	H=$(pgvector_build hnsw "CREATE INDEX items_v_hnsw ON items_v USING hnsw (v ${PGV_TYPE}_l2_ops) WITH (m = 16, ef_construction = 64);")
+	H=$(pgvector_build hnsw "CREATE INDEX items_v_hnsw ON $PGV_TABLE USING hnsw (v ${PGV_TYPE}_l2_ops) WITH (m = 16, ef_construction = 64);")
 	say "   $H"
-	I=$(pgvector_build ivfflat "CREATE INDEX items_v_ivfflat ON items_v USING ivfflat (v ${PGV_TYPE}_l2_ops) WITH (lists = $lists_v);")
+	I=$(pgvector_build ivfflat "CREATE INDEX items_v_ivfflat ON $PGV_TABLE USING ivfflat (v ${PGV_TYPE}_l2_ops) WITH (lists = $lists_v);")
 	say "   $I"
 	PGV="$H; $I"
 fi
@@ -347,18 +410,8 @@ fi
 	echo
 	echo "| | |"
 	echo "|---|---|"
-	echo "| load ($STREAMS binary COPY streams) | ${LOAD_S} s (VACUUM ANALYZE ${VACUUM_S} s), table $HEAP |"
-	echo "| CREATE INDEX ($with, $WORKERS workers) | ${BUILD_S} s, index $INDEX_SIZE |"
-	echo "| build phases | $PHASES |"
-	echo "| calibration | $CALIB |"
-	echo "| peak memory during the build | $BUILD_MEM |"
-	for target in $TARGETS; do
-		for c in $CLIENTS; do
-			[ -n "${RES[$target,$c]:-}" ] || continue
-			read -r r probes tps p50 p99 <<< "${RES[$target,$c]}"
-			echo "| target $target: probes $probes, recall@10 $r, $c clients | $tps QPS, p50 $p50 ms, p99 $p99 ms |"
-		done
-	done
+	echo "| load of $COLTYPE rows ($STREAMS binary COPY streams) | ${LOAD_S} s (VACUUM ANALYZE ${VACUUM_S} s), table $HEAP |"
+	printf '%s\n' "${BUILD_ROWS[@]}" "${RES_ROWS[@]}"
 	echo "| index twice the GPU limit (codes on the GPU, re-rank on the host) | $HOST |"
 	echo "| inserts | $INSERTS |"
 	echo "| pgvector | $PGV |"

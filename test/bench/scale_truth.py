@@ -3,11 +3,12 @@
 (numpy on the CPU otherwise), from the base rows as the generator's parts
 write them (fvecs, possibly FIFOs that are read while the rows are loaded).
 
-  scale_truth.py QUERIES.fvecs K ROWS OUT.tsv PART0.fvecs [PART1.fvecs ...]
+  scale_truth.py [--half] QUERIES.fvecs K ROWS OUT.tsv PART0.fvecs [PART1.fvecs ...]
 
 Part i holds rows [i * ROWS / N, (i + 1) * ROWS / N) (gpuivf_gen --part i/N);
 the row number is the id.  OUT.tsv: "qid<TAB>rank<TAB>id" lines (L2, ties to
-the smaller id), for COPY into a table.
+the smaller id), for COPY into a table.  --half: of the rows and queries
+rounded to IEEE half precision first, as a halfvec table stores them.
 """
 import sys
 import threading
@@ -37,8 +38,12 @@ def read_fvecs_into(path, out):
 
 
 def main():
-    qpath, k, rows, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    parts = sys.argv[5:]
+    args = sys.argv[1:]
+    half = args[:1] == ['--half']
+    if half:
+        args = args[1:]
+    qpath, k, rows, out = args[0], int(args[1]), int(args[2]), args[3]
+    parts = args[4:]
     raw = np.fromfile(qpath, dtype=np.int32)
     d = int(raw[0])
     q = raw.reshape(-1, d + 1)[:, 1:].copy().view(np.float32)
@@ -52,6 +57,10 @@ def main():
         threads.append(t)
     for t in threads:
         t.join()
+    if half:
+        for a in range(0, rows, 1 << 20):
+            x[a:a + (1 << 20)] = x[a:a + (1 << 20)].astype(np.float16).astype(np.float32)
+        q = q.astype(np.float16).astype(np.float32)
     ids, dist = topk(x, q, k)
     with open(out, 'w') as f:
         for qi in range(len(q)):

@@ -6,6 +6,9 @@
  *   .ivecs  per vector: int32 k, then k int32
  *   text COPY    one line per row: id<TAB>{x1,x2,...}      (PostgreSQL COPY text)
  *   binary COPY  PGCOPY header, rows (bigint id, real[] v), trailer
+ *                (.vector.bin / .halfvec.bin: v in pgvector's binary
+ *                format of vector / halfvec; halfvec rounds each float to
+ *                nearest, ties to even)
  *
  * All files are little-endian on disk except binary COPY, whose fields are
  * big-endian as PostgreSQL defines them.  Errors are reported by returning
@@ -119,18 +122,22 @@ inline bool read_ivecs(const std::string &path, std::vector<int32_t> *ids, int *
 }
 
 /* Output format of a vector file, chosen by suffix unless forced. */
-enum class Format { Fvecs, CopyText, CopyBinary };
+enum class Format { Fvecs, CopyText, CopyBinary, CopyBinaryVector, CopyBinaryHalfvec };
 
 inline bool format_from_name(const std::string &name, Format *f) {
     if (name == "fvecs") *f = Format::Fvecs;
     else if (name == "text" || name == "copy") *f = Format::CopyText;
     else if (name == "binary") *f = Format::CopyBinary;
+    else if (name == "binary-vector") *f = Format::CopyBinaryVector;
+    else if (name == "binary-halfvec") *f = Format::CopyBinaryHalfvec;
     else return false;
     return true;
 }
 
 inline Format format_from_path(const std::string &path) {
     if (ends_with(path, ".fvecs")) return Format::Fvecs;
+    if (ends_with(path, ".vector.bin")) return Format::CopyBinaryVector;
+    if (ends_with(path, ".halfvec.bin")) return Format::CopyBinaryHalfvec;
     if (ends_with(path, ".bin") || ends_with(path, ".pgcopy")) return Format::CopyBinary;
     return Format::CopyText;
 }
@@ -142,6 +149,14 @@ inline void put_be32(std::string *s, uint32_t v) {
 inline void put_be16(std::string *s, uint16_t v) {
     char b[2] = {(char)(v >> 8), (char)v};
     s->append(b, 2);
+}
+/* float32 -> IEEE binary16 bits, to nearest, ties to even (the compiler's
+ * _Float16 conversion, as pgvector's float4 -> halfvec cast rounds). */
+inline uint16_t float_to_half_bits(float x) {
+    _Float16 h = static_cast<_Float16>(x);
+    uint16_t bits;
+    std::memcpy(&bits, &h, 2);
+    return bits;
 }
 inline void put_be64(std::string *s, uint64_t v) {
     put_be32(s, (uint32_t)(v >> 32));
@@ -168,7 +183,7 @@ class VectorWriter {
             }
             owned_ = true;
         }
-        if (fmt_ == Format::CopyBinary) {
+        if (binary_copy()) {
             static const char sig[] = {'P', 'G', 'C', 'O', 'P', 'Y', '\n', '\377', '\r', '\n', '\0'};
             buf_.assign(sig, sizeof sig);
             put_be32(&buf_, 0); /* flags */
@@ -228,13 +243,37 @@ class VectorWriter {
                 }
                 break;
             }
+            case Format::CopyBinaryVector:
+            case Format::CopyBinaryHalfvec: {
+                const bool half = fmt_ == Format::CopyBinaryHalfvec;
+                put_be16(&buf_, 2);
+                put_be32(&buf_, 8);
+                put_be64(&buf_, (uint64_t)id);
+                if (!x) {
+                    put_be32(&buf_, 0xFFFFFFFFu);
+                    break;
+                }
+                put_be32(&buf_, (uint32_t)(4 + (half ? 2 : 4) * d_)); /* dim, unused, elements */
+                put_be16(&buf_, (uint16_t)d_);
+                put_be16(&buf_, 0);
+                for (int j = 0; j < d_; j++) {
+                    if (half) {
+                        put_be16(&buf_, float_to_half_bits(x[j]));
+                    } else {
+                        uint32_t bits;
+                        std::memcpy(&bits, &x[j], 4);
+                        put_be32(&buf_, bits);
+                    }
+                }
+                break;
+            }
         }
         if (buf_.size() > (1u << 20)) flush(false);
     }
 
     bool close(std::string *err) {
         if (!f_) return true;
-        if (fmt_ == Format::CopyBinary) put_be16(&buf_, 0xFFFF);
+        if (binary_copy()) put_be16(&buf_, 0xFFFF);
         flush(false);
         bool ok = std::fflush(f_) == 0 && !std::ferror(f_);
         if (owned_) ok = (std::fclose(f_) == 0) && ok;
@@ -250,6 +289,9 @@ class VectorWriter {
     }
     FILE *f_ = nullptr;
     bool owned_ = false;
+    bool binary_copy() const {
+        return fmt_ == Format::CopyBinary || fmt_ == Format::CopyBinaryVector || fmt_ == Format::CopyBinaryHalfvec;
+    }
     Format fmt_ = Format::Fvecs;
     int d_ = 0;
     std::string buf_;
