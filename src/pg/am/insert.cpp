@@ -267,7 +267,9 @@ InsertRow(Relation index, const GpuivfMetaPageData *meta, const float4 *x, int d
         if (cur->train_id != meta->train_id)
             elog(ERROR, "gpuivf index \"%s\" was rebuilt during an insert",
                  RelationGetRelationName(index));
-        plan.set_dims = GpuivfIndexTakesDims(index, cur, dims);
+        /* (a trained index's dims are its model's: checked before encoding;
+         * the check's error path reads the directory, locked here) */
+        plan.set_dims = !trained && GpuivfIndexTakesDims(index, cur, dims);
         /* meta's flags are those for these dims (gpuivfinsert), whoever fixes them */
         plan.set_flags = meta->flags;
     }
