@@ -66,6 +66,7 @@ cleanup() {
 		as_pg "$bin/pg_ctl -D $W/data$n -m fast stop >/dev/null 2>&1" || true
 		n=$((n + 1))
 	done
+	rm -rf "$W"
 }
 trap cleanup EXIT
 
