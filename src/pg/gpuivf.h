@@ -293,9 +293,13 @@ typedef struct GpuivfMetaPageData
     uint16      pq_bits;
     uint16      code_size;      /* bytes of one PQ code */
     uint16      storage;        /* GPUIVF_STORAGE_*: values of vector tuples */
-    uint64      generation;     /* changes with every change of contents */
+    uint64      generation;     /* +1 with VACUUM's records, and with every
+                                 * change of an index that counts its rows
+                                 * here (storage/storage.h, GpuivfReadRows) */
     uint64      train_id;       /* identifies centroids + codebooks; caches key on it */
-    uint64      vectors;        /* live entries */
+    uint64      vectors;        /* live rows of such an index; a trained
+                                 * WAL-logged one: its build's (its directory
+                                 * counts them) */
     BlockNumber centroid_start;
     uint32      centroid_pages;
     BlockNumber codebook_start;

@@ -9,6 +9,7 @@
  * so an index scan and a sequential scan compute bit-identical distances.
  */
 #include "gpuivf.h"
+#include "storage/storage.h"
 
 #include <cmath>
 
@@ -397,18 +398,32 @@ GpuivfCheckDims(int expected, int actual)
  * did.  Any other mismatch is an error that names the index and says what
  * helps.
  */
+/* The rows meta's index holds now (a trained index counts them in its
+ * directory: GpuivfReadRows); only on the paths of a mismatch. */
+static uint64
+RowsNow(Relation index, const GpuivfMetaPageData *meta)
+{
+    GpuivfMetaPageData now = *meta;
+
+    (void) GpuivfReadRows(index, &now);
+    return now.vectors;
+}
+
 bool
 GpuivfIndexTakesDims(Relation index, const GpuivfMetaPageData *meta, int dims)
 {
+    uint64      rows;
+
     if (meta->dims == 0 || (uint32) dims == meta->dims)
         return meta->dims == 0;
     if (!GpuivfMetaIsTrained(meta) && meta->vectors == 0)
         return true;
+    rows = RowsNow(index, meta);
     ereport(ERROR,
             (errcode(ERRCODE_DATA_EXCEPTION),
              errmsg("vector has %d dimensions, but gpuivf index \"%s\" has %u",
                     dims, RelationGetRelationName(index), meta->dims),
-             meta->vectors == 0
+             rows == 0
              ? errdetail("The index holds no vectors, but it was trained on vectors of %u dimensions.",
                          meta->dims)
              : errdetail("All vectors of a gpuivf index have the same number of dimensions."),
@@ -428,7 +443,7 @@ GpuivfQueryMatchesIndex(Relation index, const GpuivfMetaPageData *meta, int dims
 {
     if ((uint32) dims == meta->dims)
         return true;
-    if (meta->vectors == 0)
+    if (RowsNow(index, meta) == 0)
         return false;
     ereport(ERROR,
             (errcode(ERRCODE_DATA_EXCEPTION),

@@ -319,7 +319,7 @@ catchup_summary() {
 		     function mx(a, n,   i, m) { m = 0; for (i = 1; i <= n; i++) if (a[i] > m) m = a[i]; return m }
 		     { n++; e[n] = $1; p[n] = $2; t[n] = $3; w[n] = $4; v[n] = $5; g[n] = $6; if ($8 != "") { nk++; l[nk] = $7; nl = $8 } }
 		     END { if (!n) { print "no DEBUG1 catch-up lines"; exit }
-		           printf "%d logged (%d removed entries first; %d would have by the generation arithmetic alone); median / max: %s / %s ms in all, walking %s / %s ms, vectors %s / %s ms, engine %s / %s ms, entries %s / %s, list pages %s / %s, lists walked %s / %s of %s\n",
+		           printf "%d logged (%d removed entries first; %d saw the generation move: a VACUUM meanwhile); median / max: %s / %s ms in all, walking %s / %s ms, vectors %s / %s ms, engine %s / %s ms, entries %s / %s, list pages %s / %s, lists walked %s / %s of %s\n",
 		             n, nrem, ngen, med(t, n), mx(t, n), med(w, n), mx(w, n), med(v, n), mx(v, n), med(g, n), mx(g, n), med(e, n), mx(e, n), med(p, n), mx(p, n), (nk ? med(l, nk) : "-"), (nk ? mx(l, nk) : "-"), (nk ? nl : "-") }'
 }
 INSERTS="not run"

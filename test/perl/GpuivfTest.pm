@@ -33,7 +33,8 @@ our @EXPORT = qw(
   read_fvecs read_ivecs vec_literal knn_ids recall_at index_info index_lists list_sizes
   model_digest
   exact_settings assert_index_scan shared_data_dir start_pgbench finish_pgbench
-  metric_operator metric_opclass count_via_index poll_until fake_gpu_engine fake_gpu_node worker_stat
+  metric_operator metric_opclass count_via_index poll_until fake_gpu_engine fake_gpu_node
+  fake_gpu_primary_standby worker_stat
   wait_worker_ready worker_syncs
   grouped_items_sql worker_knn_pgbench knn_answer count_same pgvector_missing pgvector_node node_client_dir
 );
@@ -472,6 +473,26 @@ autovacuum = off
 ) . ($extra_conf // ''));
 }
 
+# A primary ($primary_conf added) and its streaming hot standby (logging at
+# DEBUG1, for worker_syncs), both with GPU workers running the CPU stand-in
+# engine $fake, started; one test each that its worker is ready.
+sub fake_gpu_primary_standby
+{
+	my ($fake, $primary_conf) = @_;
+	my $primary = fake_gpu_node('primary', $fake, $primary_conf, allows_streaming => 1);
+	$primary->backup('base');
+	my $standby = PostgreSQL::Test::Cluster->new('standby');
+	$standby->init_from_backup($primary, 'base', has_streaming => 1);
+	$standby->append_conf('postgresql.conf', "log_min_messages = debug1\n");
+	$standby->start;
+	for my $node ($primary, $standby)
+	{
+		Test::More::is(poll_until($node, 'SELECT state FROM gpuivf_stat WHERE worker = 0', 'ready'),
+			'ready', $node->name . ': the GPU worker is ready');
+	}
+	return ($primary, $standby);
+}
+
 # One column of gpuivf_stat for GPU worker $worker (default 0).
 sub worker_stat
 {
@@ -484,20 +505,21 @@ sub worker_stat
 # (DEBUG1, log_min_messages = debug1) after byte $from of its log: an
 # arrayref of hashes (kind "loaded" or "caught up", entries, pages, walked and
 # lists: lists walked of the copy's lists, removed: entries removed first,
-# inserts_only: "yes", "no" or "-" for a load).
+# inserts_only: "yes", "no" or "-" for a load; by_generation: whether the
+# metapage generation alone says only inserts happened, "-" for a load).
 sub worker_syncs
 {
 	my ($node, $from) = @_;
 	my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile, $from // 0);
 	my @s;
 	while ($log =~
-		/GPU worker (loaded|caught up) index \d+: (\d+) entries of (\d+) list pages .*?; walked (\d+) of (\d+) lists, (\d+) entries removed first \(only inserts: ([-a-z]+)/g
+		/GPU worker (loaded|caught up) index \d+: (\d+) entries of (\d+) list pages .*?; walked (\d+) of (\d+) lists, (\d+) entries removed first \(only inserts: ([-a-z]+); by the generation: ([-a-z]+)/g
 	  )
 	{
 		push @s,
 		  {
 			kind => $1, entries => $2, pages => $3, walked => $4, lists => $5,
-			removed => $6, inserts_only => $7
+			removed => $6, inserts_only => $7, by_generation => $8
 		  };
 	}
 	return \@s;

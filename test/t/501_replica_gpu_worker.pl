@@ -27,18 +27,7 @@ my $fake = fake_gpu_engine();
 plan skip_all => 'the CPU stand-in of the GPU engine (make fake-gpu-engine) could not be built'
   unless $fake;
 
-my $primary = fake_gpu_node('primary', $fake, "hot_standby_feedback = on\n", allows_streaming => 1);
-$primary->backup('base');
-my $standby = PostgreSQL::Test::Cluster->new('standby');
-$standby->init_from_backup($primary, 'base', has_streaming => 1);
-$standby->append_conf('postgresql.conf', "log_min_messages = debug1\n");
-$standby->start;
-
-for my $node ($primary, $standby)
-{
-	is(poll_until($node, 'SELECT state FROM gpuivf_stat WHERE worker = 0', 'ready'),
-		'ready', $node->name . ': the GPU worker is ready');
-}
+my ($primary, $standby) = fake_gpu_primary_standby($fake, "hot_standby_feedback = on\n");
 is($standby->safe_psql('postgres', 'SELECT pg_is_in_recovery()'), 't', 'the standby is in recovery');
 
 $primary->safe_psql('postgres', "SELECT setseed(0.25);\n"

@@ -154,8 +154,10 @@ AppendIndexInfo(StringInfo json, Relation index)
     GpuivfMetaPageData meta;
     BlockNumber pages = RelationGetNumberOfBlocks(index);
     bool        trained;
+    uint64      version;
 
     GpuivfReadMeta(index, &meta);
+    version = GpuivfReadRows(index, &meta);
     trained = GpuivfMetaIsTrained(&meta);
     appendStringInfo(json, "\"dims\": %u, \"metric\": \"%s\", \"lists\": %u, \"pq_m\": %u, "
                      "\"pq_bits\": %u, \"code_size\": %u, \"rerank\": %s, \"trained\": %s, "
@@ -197,8 +199,8 @@ AppendIndexInfo(StringInfo json, Relation index)
     /* which GPU workers hold the index */
     GpuivfAppendCacheInfo(json, index);
     appendStringInfo(json, "\"format_version\": %u, \"generation\": " UINT64_FORMAT
-                     ", \"train_id\": " UINT64_FORMAT ", ",
-                     meta.version, meta.generation, meta.train_id);
+                     ", \"version\": " UINT64_FORMAT ", \"train_id\": " UINT64_FORMAT ", ",
+                     meta.version, meta.generation, version, meta.train_id);
     AppendCalibration(json, index, &meta);
 }
 
@@ -244,6 +246,7 @@ gpuivf_index_info(PG_FUNCTION_ARGS)
             GpuivfMetaPageData meta;
 
             GpuivfReadMeta(index, &meta);
+            (void) GpuivfReadRows(index, &meta);
             vectors += meta.vectors;
             appendStringInfoString(&parts, foreach_current_index(lc) > 0 ? ", {\"index\": " : "{\"index\": ");
             escape_json(&parts, RelationGetRelationName(index));

@@ -3,14 +3,18 @@
  *
  * One row: check and prepare the vector, find its list and PQ code with the
  * cached model (no buffer lock held), then lock, in this order,
- *   the vector page (metapage's vector_insert_page, else one from the FSM,
- *   else a new page),
+ *   the vector page (the backend's own, else the metapage's
+ *   vector_insert_page, else one from the FSM, else a new page),
  *   the list page with room (from the directory's insert_page along the
  *   chain; a full tail gets a new page linked behind it in its own record),
- *   the list's directory page, and the metapage,
- * and write everything in one GenericXLog record (GpuivfLogInsert).
- * Untrained index: only the vector page and the metapage; the first row of an
- * index that never saw one fixes its dims.
+ *   the list's directory page, and the metapage only when the index counts
+ *   its rows there (GpuivfRowsOnMetapage: untrained, or not WAL-logged),
+ * and write everything in one GenericXLog record (GpuivfLogInsert).  A
+ * trained, WAL-logged index counts its rows in the directory and its
+ * version is the directory pages' LSN (storage/storage.h), so inserts into
+ * different lists share no page but a directory page.  Untrained index: only
+ * the vector page and the metapage; the first row of an index that never
+ * saw one fixes its dims.
  */
 #include "gpuivf.h"
 #include "am/am.h"
@@ -133,16 +137,19 @@ LockDirPage(Relation index, const GpuivfMetaPageData *meta, int list)
 /*
  * Append newbuf (new, locked) to list after tail (its locked full tail, or
  * InvalidBuffer for an empty list), dirbuf the list's locked directory
- * page: one record, the metapage locked last; releases all but newbuf.
+ * page: one record, with the metapage locked last when the index counts its
+ * rows there (on_meta); releases all but newbuf.
  */
 static Buffer
-AppendListPage(Relation index, int list, Buffer tail, Buffer newbuf, Buffer dirbuf)
+AppendListPage(Relation index, int list, Buffer tail, Buffer newbuf, Buffer dirbuf,
+               bool on_meta)
 {
-    Buffer      metabuf = LockMetaPage(index);
+    Buffer      metabuf = on_meta ? LockMetaPage(index) : InvalidBuffer;
 
     GpuivfListChangeBegin(index, list, false);
     GpuivfLogAppendListPage(index, tail, newbuf, dirbuf, list, metabuf);
-    UnlockReleaseBuffer(metabuf);
+    if (BufferIsValid(metabuf))
+        UnlockReleaseBuffer(metabuf);
     UnlockReleaseBuffer(dirbuf);
     if (BufferIsValid(tail))
         UnlockReleaseBuffer(tail);
@@ -178,7 +185,8 @@ GetListBuffer(Relation index, const GpuivfMetaPageData *meta, int list, Size siz
             Buffer      newbuf = GpuivfNewBuffer(index, MAIN_FORKNUM);
 
             *start_blk = BufferGetBlockNumber(newbuf);
-            return AppendListPage(index, list, InvalidBuffer, newbuf, dirbuf);
+            return AppendListPage(index, list, InvalidBuffer, newbuf, dirbuf,
+                                  GpuivfRowsOnMetapage(index, meta));
         }
         blkno = cur->insert_page != InvalidBlockNumber ? cur->insert_page : cur->head;
         *start_blk = blkno;
@@ -205,7 +213,8 @@ GetListBuffer(Relation index, const GpuivfMetaPageData *meta, int list, Size siz
             Buffer      newbuf = GpuivfNewBuffer(index, MAIN_FORKNUM);
             Buffer      dirbuf = LockDirPage(index, meta, list);
 
-            return AppendListPage(index, list, buf, newbuf, dirbuf);
+            return AppendListPage(index, list, buf, newbuf, dirbuf,
+                                  GpuivfRowsOnMetapage(index, meta));
         }
         UnlockReleaseBuffer(buf);
         blkno = next;
@@ -220,8 +229,6 @@ InsertRow(Relation index, const GpuivfMetaPageData *meta, const float4 *x, int d
 {
     GpuivfInsertPlan plan;
     bool        trained = GpuivfMetaIsTrained(meta);
-    Page        metapage;
-    const GpuivfMetaPageData *cur;
 
     memset(&plan, 0, sizeof(plan));
     plan.vecbuf = plan.listbuf = plan.dirbuf = InvalidBuffer;
@@ -249,24 +256,31 @@ InsertRow(Relation index, const GpuivfMetaPageData *meta, const float4 *x, int d
             plan.new_insert_page = BufferGetBlockNumber(plan.listbuf);
         plan.dirbuf = LockDirPage(index, meta, list);
     }
-    plan.metabuf = LockMetaPage(index);
+    plan.metabuf = InvalidBuffer;
+    if (GpuivfRowsOnMetapage(index, meta))
+    {
+        const GpuivfMetaPageData *cur;
 
-    /* a concurrent first row may have fixed dims since we looked */
-    metapage = BufferGetPage(plan.metabuf);
-    cur = GpuivfPageGetMeta(metapage);
-    if (cur->train_id != meta->train_id)
-        elog(ERROR, "gpuivf index \"%s\" was rebuilt during an insert",
-             RelationGetRelationName(index));
-    plan.set_dims = GpuivfIndexTakesDims(index, cur, dims);
-    /* meta's flags are those for these dims (gpuivfinsert), whoever fixes them */
-    plan.set_flags = meta->flags;
+        plan.metabuf = LockMetaPage(index);
+        /* a concurrent first row may have fixed dims since we looked */
+        cur = GpuivfPageGetMeta(BufferGetPage(plan.metabuf));
+        if (cur->train_id != meta->train_id)
+            elog(ERROR, "gpuivf index \"%s\" was rebuilt during an insert",
+                 RelationGetRelationName(index));
+        /* (a trained index's dims are its model's: checked before encoding;
+         * the check's error path reads the directory, locked here) */
+        plan.set_dims = !trained && GpuivfIndexTakesDims(index, cur, dims);
+        /* meta's flags are those for these dims (gpuivfinsert), whoever fixes them */
+        plan.set_flags = meta->flags;
+    }
 
     /* a GPU copy's catch-up walks the lists whose counters moved */
     if (trained)
         GpuivfListChangeBegin(index, list, false);
     GpuivfLogInsert(index, &plan);
 
-    UnlockReleaseBuffer(plan.metabuf);
+    if (BufferIsValid(plan.metabuf))
+        UnlockReleaseBuffer(plan.metabuf);
     if (BufferIsValid(plan.dirbuf))
         UnlockReleaseBuffer(plan.dirbuf);
     if (BufferIsValid(plan.listbuf))

@@ -103,8 +103,7 @@ GpuivfScanRoundOne(Relation index, GpuivfScanOpaque so)
     int         nhits = 0;
     GpuivfSearchStats st;
 
-    if (GpuivfTakeRoundOne(RelationGetRelid(index), so->meta.generation, &so->q,
-                           (int) so->meta.dims, &hits, &nhits, &st))
+    if (GpuivfTakeRoundOne(index, &so->meta, &so->q, (int) so->meta.dims, &hits, &nhits, &st))
     {
         /* the batch's engine time and re-ranks are the batch node's */
         so->stats.precomputed++;

@@ -258,6 +258,7 @@ gpuivfbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
     FreeSpaceMapVacuum(index);
 
     GpuivfReadMeta(index, &meta);
+    (void) GpuivfReadRows(index, &meta);
     stats->tuples_removed += (double) removed;
     stats->num_index_tuples = (double) meta.vectors;
     stats->num_pages = RelationGetNumberOfBlocks(index);
@@ -287,6 +288,7 @@ gpuivfvacuumcleanup(IndexVacuumInfo *info, IndexBulkDeleteResult *stats)
     if (stats == NULL)
         stats = (IndexBulkDeleteResult *) palloc0(sizeof(IndexBulkDeleteResult));
     GpuivfReadMeta(info->index, &meta);
+    (void) GpuivfReadRows(info->index, &meta);
     if (GpuivfMetaStoresVectors(&meta) && GpuivfCalibrationIsStale(&meta))
         GpuivfCalibrate(info->index, NULL, NULL, NULL);
     stats->num_pages = RelationGetNumberOfBlocks(info->index);

@@ -44,15 +44,20 @@ VerifyCorrupt(VerifyState *vs, const char *fmt,...)
     va_list     args;
 
     GpuivfMetaPageData now;
+    bool        changed;
 
     va_start(args, fmt);
     vsnprintf(detail, sizeof(detail), fmt, args);
     va_end(args);
 
-    /* a writer changed the index while we read it: not evidence */
+    /* a writer changed the index while we read it: not evidence (inserts
+     * into a trained index move only its version: storage/storage.h) */
     GpuivfReadMeta(vs->index, &now);
-    if (now.generation != vs->meta.generation || now.calib_id != vs->meta.calib_id ||
-        now.calib_free_pages != vs->meta.calib_free_pages)
+    changed = now.generation != vs->meta.generation || now.calib_id != vs->meta.calib_id ||
+        now.calib_free_pages != vs->meta.calib_free_pages;
+    if (!changed && vs->have_version)
+        changed = GpuivfReadRows(vs->index, &now) != vs->version;
+    if (changed)
         ereport(ERROR,
                 (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
                  errmsg("gpuivf index \"%s\" changed while it was being verified",
@@ -179,6 +184,8 @@ VerifyMeta(VerifyState *vs)
     ClaimRange(vs, m->centroid_start, m->centroid_pages, ROLE_CENTROIDS, "centroid");
     ClaimRange(vs, m->codebook_start, m->codebook_pages, ROLE_CODEBOOK, "codebook");
     ClaimRange(vs, m->directory_start, m->directory_pages, ROLE_DIRECTORY, "directory");
+    vs->version = GpuivfReadRows(vs->index, m);
+    vs->have_version = true;
     {
         char       *wrong = GpuivfCheckCalibChains(vs->index, m, vs->nblocks, vs->role, ROLE_CALIB);
 
@@ -253,7 +260,7 @@ RunVerify(Relation index, Relation heap, bool heapallindexed, MemoryContext ctx)
 
 /*
  * Writers may run meanwhile (AccessShareLock only): an inconsistency seen
- * while the metapage generation moved is retried in a fresh subtransaction
+ * while the metapage generation or the rows' version moved is retried in a fresh subtransaction
  * rather than reported, up to GPUIVF_VERIFY_ATTEMPTS times.
  */
 #define GPUIVF_VERIFY_ATTEMPTS 5

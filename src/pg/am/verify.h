@@ -44,7 +44,9 @@ typedef struct VerifyState
 {
     Relation    index;
     Relation    heap;
-    GpuivfMetaPageData meta;
+    GpuivfMetaPageData meta;    /* vectors: the directory's rows (trained) */
+    uint64      version;        /* the rows' version when the walk began */
+    bool        have_version;   /* (read once the directory's range checked) */
     BlockNumber nblocks;
     uint8      *role;           /* ROLE_* per block */
     bool        trained;

@@ -259,6 +259,7 @@ Calibrate(Relation index, Relation heap, const GpuivfCalibSample *drawn,
     bool        stored;
 
     GpuivfReadMeta(index, &meta);
+    (void) GpuivfReadRows(index, &meta);
     if (!GpuivfMetaIsTrained(&meta) || meta.lists == 0 || meta.dims == 0 || meta.vectors < 2)
         return false;
     gpuivf::init_blas_single_threaded();

@@ -20,7 +20,7 @@ typedef struct BatchIndex
     Oid         indexoid;
     Relation    index;          /* opened at the first chunk */
     int         filter_ppm;
-    uint64      generation;
+    uint64      version;        /* of the index's rows (GpuivfReadRows) */
     int         dims;
     GpuivfQuery *queries;       /* per row; vector NULL: not searched */
     GpuivfHit **hits;
@@ -257,7 +257,7 @@ LoadChunk(BatchState *bs)
         if (bi->index == NULL)
             bi->index = index_open(bi->indexoid, AccessShareLock);
         GpuivfReadMeta(bi->index, &metas[j]);
-        bi->generation = metas[j].generation;
+        bi->version = GpuivfReadRows(bi->index, &metas[j]);
         bi->dims = (int) metas[j].dims;
         bi->queries = (GpuivfQuery *) palloc0(sizeof(GpuivfQuery) * cap);
         bi->hits = (GpuivfHit **) palloc0(sizeof(GpuivfHit *) * cap);
@@ -351,7 +351,7 @@ BatchExec(CustomScanState *node)
         memset(&st, 0, sizeof(st));
         st.on_gpu = bi->chunk_on_gpu;
         st.batch_size = bi->chunk_batch;
-        GpuivfOfferRoundOne(bi->indexoid, bi->generation, &bi->queries[bs->pos], bi->dims,
+        GpuivfOfferRoundOne(bi->indexoid, bi->version, &bi->queries[bs->pos], bi->dims,
                             bi->hits[bs->pos], bi->nhits[bs->pos], &st);
     }
     bs->pos++;

@@ -5,6 +5,7 @@
  */
 #include "gpuivf.h"
 #include "search/search.h"
+#include "storage/storage.h"
 
 #include <cmath>
 
@@ -85,7 +86,7 @@ typedef struct RoundOneOffer
 {
     bool        valid;
     Oid         index;
-    uint64      generation;
+    uint64      version;        /* of the index's rows (GpuivfReadRows) */
     GpuivfQuery query;
     int         dims;
     GpuivfHit  *hits;
@@ -112,7 +113,7 @@ GpuivfClearOffer(void)
 /* Offers a precomputed round 1 to the next scan of indexoid (search.h);
  * it replaces an offer on that index not taken yet. */
 void
-GpuivfOfferRoundOne(Oid indexoid, uint64 generation, const GpuivfQuery *query, int dims,
+GpuivfOfferRoundOne(Oid indexoid, uint64 version, const GpuivfQuery *query, int dims,
                     const GpuivfHit *hits, int nhits, const GpuivfSearchStats *stats)
 {
     RoundOneOffer *o = NULL;
@@ -147,7 +148,7 @@ GpuivfOfferRoundOne(Oid indexoid, uint64 generation, const GpuivfQuery *query, i
         memcpy(copy, hits, sizeof(GpuivfHit) * nhits);
 
     o->index = indexoid;
-    o->generation = generation;
+    o->version = version;
     o->query = *query;
     o->query.vector = vector;
     o->dims = dims;
@@ -158,23 +159,30 @@ GpuivfOfferRoundOne(Oid indexoid, uint64 generation, const GpuivfQuery *query, i
 }
 
 /*
- * Takes the offer on this index when it answers exactly this query at this
- * generation: hits are copied into the current context.  An offer is used
- * once.
+ * Takes the offer on this index when it answers exactly this query and the
+ * index's rows are still at the offer's version (read only then: meta is
+ * the scan's metapage copy): hits are copied into the current context.  An
+ * offer is used once.
  */
 bool
-GpuivfTakeRoundOne(Oid indexoid, uint64 generation, const GpuivfQuery *query, int dims,
-                   GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats)
+GpuivfTakeRoundOne(Relation index, const GpuivfMetaPageData *meta, const GpuivfQuery *query,
+                   int dims, GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats)
 {
+    Oid         indexoid = RelationGetRelid(index);
+
     for (int i = 0; i < noffers; i++)
     {
         RoundOneOffer *o = &offers[i];
+        GpuivfMetaPageData now;
 
         if (!o->valid || o->index != indexoid)
             continue;
-        if (o->generation != generation || o->dims != dims || o->query.k != query->k ||
+        if (o->dims != dims || o->query.k != query->k ||
             o->query.nprobe != query->nprobe || o->query.rerank != query->rerank ||
             memcmp(o->query.vector, query->vector, sizeof(float4) * dims) != 0)
+            return false;
+        now = *meta;
+        if (GpuivfReadRows(index, &now) != o->version)
             return false;
         *hits = (GpuivfHit *) palloc(sizeof(GpuivfHit) * Max(o->nhits, 1));
         if (o->nhits > 0)

@@ -99,15 +99,16 @@ int         GpuivfRowsWanted(int64 hint, double sel);
  * and offered to the next scan of that index; one offer per index (the
  * partitions of a partitioned table), until GpuivfClearOffer.  A scan takes
  * the offer of its index only when its own round-1 query is the same (vector
- * bytes, k, nprobe, rerank) and the metapage generation has not moved, i.e.
- * when GpuivfSearchBatch would return exactly these hits; otherwise it
- * searches itself.
+ * bytes, k, nprobe, rerank) and the version of the index's rows
+ * (GpuivfReadRows) has not moved, i.e. when GpuivfSearchBatch would return
+ * exactly these hits; otherwise it searches itself.
  */
-void        GpuivfOfferRoundOne(Oid indexoid, uint64 generation, const GpuivfQuery *query,
+void        GpuivfOfferRoundOne(Oid indexoid, uint64 version, const GpuivfQuery *query,
                                 int dims, const GpuivfHit *hits, int nhits,
                                 const GpuivfSearchStats *stats);
-bool        GpuivfTakeRoundOne(Oid indexoid, uint64 generation, const GpuivfQuery *query,
-                               int dims, GpuivfHit **hits, int *nhits, GpuivfSearchStats *stats);
+bool        GpuivfTakeRoundOne(Relation index, const GpuivfMetaPageData *meta,
+                               const GpuivfQuery *query, int dims, GpuivfHit **hits, int *nhits,
+                               GpuivfSearchStats *stats);
 void        GpuivfClearOffer(void);
 /* rerank.cpp: the exact re-rank on the host of the PQ candidates of n
  * queries: cand[i][0 .. ncand[i]) are entry ids (what list entries hold:

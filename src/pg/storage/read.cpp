@@ -1,7 +1,8 @@
 /*
  * storage/read.cpp — reading index pages outside the model cache: raw
  * arrays (centroids, codebooks, the directory) spread over consecutive
- * pages, one list's directory entry, and list pages, decoded in one place
+ * pages, one list's directory entry, a trained index's rows and their
+ * version (the directory's counts and page LSNs), and list pages, decoded in one place
  * (GpuivfDecodeListPage) for every search: scans, the CPU engine path,
  * calibration and the GPU worker's copies.  A page that is not what the
  * caller expects raises ERRCODE_INDEX_CORRUPTED; the shared readers
@@ -81,15 +82,12 @@ ReadRelationPage(const void *arg, BlockNumber blkno)
     return ReadBuffer((Relation) arg, blkno);
 }
 
-/* GpuivfCopyRawPages of index, raising the corruption error. */
-void
-GpuivfReadRawPages(Relation index, BlockNumber start, uint32 npages, uint16 page_type,
-                   void *data, Size bytes)
+/* The corruption error for what a copy of consecutive pages of page_type
+ * returned: bad, end (the pages ended too early) or InvalidBlockNumber. */
+static void
+CheckCopied(Relation index, BlockNumber bad, BlockNumber end, uint16 page_type)
 {
-    BlockNumber bad = GpuivfCopyRawPages(ReadRelationPage, index, start, npages, page_type,
-                                         data, bytes);
-
-    if (bad == start + npages)
+    if (bad == end)
         ereport(ERROR,
                 (errcode(ERRCODE_INDEX_CORRUPTED),
                  errmsg("gpuivf index \"%s\" has too few pages of type %d",
@@ -97,6 +95,16 @@ GpuivfReadRawPages(Relation index, BlockNumber start, uint32 npages, uint16 page
                  errhint("Rebuild the index with REINDEX.")));
     if (bad != InvalidBlockNumber)
         ReportBadPage(index, bad, page_type);
+}
+
+/* GpuivfCopyRawPages of index, raising the corruption error. */
+void
+GpuivfReadRawPages(Relation index, BlockNumber start, uint32 npages, uint16 page_type,
+                   void *data, Size bytes)
+{
+    CheckCopied(index, GpuivfCopyRawPages(ReadRelationPage, index, start, npages, page_type,
+                                          data, bytes),
+                start + npages, page_type);
 }
 
 /* Copy one list's directory entry (share lock on its directory page). */
@@ -120,6 +128,80 @@ GpuivfReadDirEntry(Relation index, const GpuivfMetaPageData *meta, int list)
     entry = *GpuivfDirEntryOnPage(page, list);
     UnlockReleaseBuffer(buf);
     return entry;
+}
+
+/*
+ * The rows of a trained index as its directory counts them now (the sum of
+ * the lists' counts) and the newest LSN of its directory pages, read one
+ * share lock at a time through read_page (as GpuivfCopyRawPages).  Every
+ * record that changes a list changes its directory page too (README.md,
+ * "WAL"), and a page's LSN only grows, so an LSN read after a change has
+ * reached its pages is at least that change's.  Returns InvalidBlockNumber,
+ * or the first block that is not a directory page with its part of the
+ * directory: the caller raises its corruption error.
+ */
+BlockNumber
+GpuivfCopyDirRows(GpuivfReadPageFn read_page, const void *arg, const GpuivfMetaPageData *meta,
+                  uint64 *rows, XLogRecPtr *lsn)
+{
+    uint32      left = meta->lists;
+
+    *rows = 0;
+    *lsn = InvalidXLogRecPtr;
+    for (uint32 i = 0; i < meta->directory_pages && left > 0; i++)
+    {
+        BlockNumber blkno = meta->directory_start + i;
+        Buffer      buf = read_page(arg, blkno);
+        uint32      n = Min(left, (uint32) GPUIVF_DIR_ENTRIES_PER_PAGE);
+        const GpuivfListDirEntry *dir;
+        Page        page;
+
+        LockBuffer(buf, BUFFER_LOCK_SHARE);
+        page = BufferGetPage(buf);
+        if (!GpuivfPageIsType(page, GPUIVF_PAGE_DIRECTORY) ||
+            ((PageHeader) page)->pd_lower < MAXALIGN(SizeOfPageHeaderData) +
+            n * sizeof(GpuivfListDirEntry))
+        {
+            UnlockReleaseBuffer(buf);
+            return blkno;
+        }
+        dir = (const GpuivfListDirEntry *) PageGetContents(page);
+        for (uint32 j = 0; j < n; j++)
+            *rows += dir[j].count;
+        *lsn = Max(*lsn, PageGetLSN(page));
+        UnlockReleaseBuffer(buf);
+        left -= n;
+    }
+    return left > 0 ? meta->directory_start + meta->directory_pages : InvalidBlockNumber;
+}
+
+/* See storage.h. */
+uint64
+GpuivfRowsVersion(const GpuivfMetaPageData *meta, bool lsn_reliable, XLogRecPtr dir_lsn)
+{
+    return GpuivfMetaIsTrained(meta) && lsn_reliable ? (uint64) dir_lsn : meta->generation;
+}
+
+/* See storage.h. */
+bool
+GpuivfRowsOnMetapage(Relation index, const GpuivfMetaPageData *meta)
+{
+    return !GpuivfMetaIsTrained(meta) || !RelationNeedsWAL(index);
+}
+
+/* See storage.h. */
+uint64
+GpuivfReadRows(Relation index, GpuivfMetaPageData *meta)
+{
+    uint64      rows;
+    XLogRecPtr  lsn;
+
+    if (!GpuivfMetaIsTrained(meta))
+        return meta->generation;
+    CheckCopied(index, GpuivfCopyDirRows(ReadRelationPage, index, meta, &rows, &lsn),
+                meta->directory_start + meta->directory_pages, GPUIVF_PAGE_DIRECTORY);
+    meta->vectors = rows;
+    return GpuivfRowsVersion(meta, RelationNeedsWAL(index), lsn);
 }
 
 /*

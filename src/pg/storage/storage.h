@@ -75,6 +75,32 @@ void        GpuivfReadRawPages(Relation index, BlockNumber start, uint32 npages,
                                void *data, Size bytes);
 GpuivfListDirEntry GpuivfReadDirEntry(Relation index, const GpuivfMetaPageData *meta, int list);
 
+/*
+ * read.cpp: a trained index's rows and their version (README.md, "Never
+ * stale").  An untrained index, or one whose page changes are not
+ * WAL-logged (unlogged, or new in this transaction under wal_level =
+ * minimal: page LSNs do not move), counts its rows and changes on the
+ * metapage (`vectors`, `generation`), which every insert then locks.  A
+ * trained, WAL-logged index counts them in its directory only: its rows are
+ * the lists' counts, and the version of its rows is the newest LSN of its
+ * directory pages, which every change of a list moves; its inserts never
+ * lock the metapage.
+ */
+/* whether index counts its rows on the metapage (inserts lock it) */
+bool        GpuivfRowsOnMetapage(Relation index, const GpuivfMetaPageData *meta);
+/* the rows' version of meta's index: the newest LSN of its directory pages
+ * (dir_lsn) when it is trained and WAL-logged, else its generation; only
+ * grows (versions of the two kinds are not comparable) */
+uint64      GpuivfRowsVersion(const GpuivfMetaPageData *meta, bool lsn_reliable,
+                              XLogRecPtr dir_lsn);
+/* meta (as GpuivfReadMeta read it): a trained index's `vectors` becomes its
+ * rows now (the directory's counts); returns the rows' version.  Readers of
+ * `vectors` call it: a trained index's metapage keeps its build's count. */
+uint64      GpuivfReadRows(Relation index, GpuivfMetaPageData *meta);
+/* its reader, shared with the GPU worker: rows, the newest directory LSN */
+BlockNumber GpuivfCopyDirRows(GpuivfReadPageFn read_page, const void *arg,
+                              const GpuivfMetaPageData *meta, uint64 *rows, XLogRecPtr *lsn);
+
 /* writer.cpp: build-time page writing.  Pages of an index being built are
  * written without WAL through shared buffers; when the index needs WAL
  * (`wal`: RelationNeedsWAL, decided by the build's leader, or an init fork)
@@ -135,7 +161,7 @@ typedef struct GpuivfInsertPlan
     Buffer      dirbuf;         /* directory page holding the list's entry */
     int         list;
     BlockNumber new_insert_page;    /* or InvalidBlockNumber: keep */
-    Buffer      metabuf;
+    Buffer      metabuf;        /* or InvalidBuffer: rows not on the metapage */
     bool        set_dims;       /* first row of an untrained index fixes dims, */
     uint16      set_flags;      /* and the flags (GpuivfStorageFlags for them) */
 } GpuivfInsertPlan;
@@ -143,6 +169,7 @@ typedef struct GpuivfInsertPlan
 void        GpuivfLogInsert(Relation index, const GpuivfInsertPlan *plan);
 /* registers the metapage in state: generation + 1, vectors + delta */
 void        GpuivfBumpMeta(GenericXLogState *state, Buffer metabuf, int64 vectors_delta);
+/* metabuf: InvalidBuffer when the index's rows are not on the metapage */
 void        GpuivfLogAppendListPage(Relation index, Buffer tailbuf, Buffer newbuf,
                                     Buffer dirbuf, int list, Buffer metabuf);
 void        GpuivfLogDeleteListEntries(Relation index, Buffer listbuf, OffsetNumber *offsets,

@@ -1,7 +1,8 @@
 /*
  * storage/wal.cpp — the changes to live pages, each a GenericXLog record of
  * one logical step and never more than 4 buffers (MAX_GENERIC_XLOG_PAGES):
- * an insert (vector tuple, list entry, directory count, metapage), a list's
+ * an insert (vector tuple, list entry, directory count, and the metapage
+ * where the index counts its rows there), a list's
  * new tail page, VACUUM's deletions of list entries and vector tuples, and
  * ANALYZE's calibration (its query pages and the record that makes a set of
  * curves current).  Callers lock the buffers (order: storage/page.cpp) and
@@ -32,10 +33,12 @@ GpuivfBumpMeta(GenericXLogState *state, Buffer metabuf, int64 vectors_delta)
 
 /*
  * One row in one record: the vector tuple (vecbuf), the list entry pointing
- * at it (listbuf), the list's count in the directory (dirbuf) and the
- * metapage (vectors, generation, vector_insert_page, dims of a first row).
- * Untrained: vecbuf + metabuf only.  rerank = false: no vecbuf, and the
- * entry holds the heap TID.  At most 4 buffers.
+ * at it (listbuf), the list's count in the directory (dirbuf) and, when the
+ * index counts its rows there (GpuivfRowsOnMetapage), the metapage:
+ * generation, vectors (untrained; a trained index counts its rows in the
+ * directory), vector_insert_page, dims of a first row.  Untrained: vecbuf +
+ * metabuf only.  rerank = false: no vecbuf, and the entry holds the heap
+ * TID.  At most 4 buffers.
  */
 void
 GpuivfLogInsert(Relation index, const GpuivfInsertPlan *plan)
@@ -86,16 +89,20 @@ GpuivfLogInsert(Relation index, const GpuivfInsertPlan *plan)
             dir->insert_page = plan->new_insert_page;
     }
 
-    mpage = GenericXLogRegisterBuffer(state, plan->metabuf, 0);
-    meta = GpuivfPageGetMeta(mpage);
-    meta->vectors++;
-    meta->generation++;
-    if (plan->vec_init)
-        meta->vector_insert_page = vecblk;
-    if (plan->set_dims)
+    if (BufferIsValid(plan->metabuf))
     {
-        meta->dims = plan->dims;
-        meta->flags = plan->set_flags;
+        mpage = GenericXLogRegisterBuffer(state, plan->metabuf, 0);
+        meta = GpuivfPageGetMeta(mpage);
+        if (!BufferIsValid(plan->listbuf))
+            meta->vectors++;
+        meta->generation++;
+        if (plan->vec_init)
+            meta->vector_insert_page = vecblk;
+        if (plan->set_dims)
+        {
+            meta->dims = plan->dims;
+            meta->flags = plan->set_flags;
+        }
     }
 
     GenericXLogFinish(state);
@@ -104,8 +111,9 @@ GpuivfLogInsert(Relation index, const GpuivfInsertPlan *plan)
 /*
  * Link a new, empty list page at the end of a list (or make it the list's
  * first page when tailbuf is InvalidBuffer), point the directory's tail and
- * insert_page at it, and bump the generation.  Its own record (4 buffers):
- * the index is consistent after it.
+ * insert_page at it, and bump the generation when metabuf is given (rows on
+ * the metapage).  Its own record (at most 4 buffers): the index is
+ * consistent after it.
  */
 void
 GpuivfLogAppendListPage(Relation index, Buffer tailbuf, Buffer newbuf, Buffer dirbuf,
@@ -130,7 +138,8 @@ GpuivfLogAppendListPage(Relation index, Buffer tailbuf, Buffer newbuf, Buffer di
         dir->head = newblk;
     dir->tail = newblk;
     dir->insert_page = newblk;
-    GpuivfBumpMeta(state, metabuf, 0);
+    if (BufferIsValid(metabuf))
+        GpuivfBumpMeta(state, metabuf, 0);
     GenericXLogFinish(state);
 }
 
@@ -168,8 +177,10 @@ DeleteItemsAndCompact(Relation index, Page page, const OffsetNumber *offsets, in
 
 /*
  * VACUUM: remove entries (offsets ascending) from one list page, lower the
- * list's count and the metapage's vectors, bump the generation, and move the
- * list's insert_page back to this page when asked.  3 buffers.
+ * list's count (a trained index's rows are the directory's counts), bump the
+ * generation (which tells a GPU copy that entries were removed: README.md,
+ * "Never stale"), and move the list's insert_page back to this page when
+ * asked.  3 buffers.
  */
 void
 GpuivfLogDeleteListEntries(Relation index, Buffer listbuf, OffsetNumber *offsets, int noffsets,
@@ -188,7 +199,7 @@ GpuivfLogDeleteListEntries(Relation index, Buffer listbuf, OffsetNumber *offsets
     dir->count = dir->count >= (uint32) noffsets ? dir->count - noffsets : 0;
     if (new_insert_page != InvalidBlockNumber)
         dir->insert_page = new_insert_page;
-    GpuivfBumpMeta(state, metabuf, -(int64) noffsets);
+    GpuivfBumpMeta(state, metabuf, 0);
     GenericXLogFinish(state);
 }
 

@@ -43,7 +43,7 @@ typedef struct GpuivfShownIndex
     Oid         dboid;
     Oid         relnode;        /* relfilenode */
     Oid         indexoid;
-    uint64      generation;     /* metapage generation the copy covers */
+    uint64      version;        /* version of the rows the copy holds */
     int64       vectors;
     int64       bytes;          /* device memory */
     TimestampTz loaded_at;
@@ -159,7 +159,9 @@ typedef struct alignas(PG_CACHE_LINE_SIZE) GpuivfRequestSlot
     bool        permanent;      /* RELPERSISTENCE_PERMANENT (for ReadBuffer) */
     bool        lsn_reliable;   /* RelationNeedsWAL: page LSNs move with changes */
     uint64      train_id;       /* metapage as the backend saw it */
-    uint64      generation;
+    uint64      version;        /* of its rows, read after the snapshot
+                                 * (GpuivfReadRows): in LSN space when
+                                 * lsn_reliable, else the generation */
     int         dims;
     int         metric;         /* gpuivf::Metric (TRAIN / ENCODE) */
     int         nq;

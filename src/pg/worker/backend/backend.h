@@ -18,9 +18,11 @@ bool        WorkerUsable(int64 count);
  * fallbacks on the worker that failed; releases the slot when answered. */
 void        RequestFailed(Relation index, GpuivfRequestSlot *slot, bool answered,
                           const char *what, int64 count);
-/* the identity of index (and the metapage as the backend saw it, if any) */
+/* the identity of index (and the metapage as the backend saw it, if any,
+ * with the version of its rows that the copy must have reached:
+ * GpuivfReadRows after the snapshot; 0 when there is no meta) */
 void        SetIndexIdentity(GpuivfRequestSlot *slot, Relation index,
-                             const GpuivfMetaPageData *meta);
+                             const GpuivfMetaPageData *meta, uint64 version);
 /* Where the GPU copies of an index of meta's shape live (protocol.h,
  * "Sharding", "Larger than the GPU"): how many shards, and whether they
  * hold only codes (searches return ADC candidates that the backend
@@ -29,6 +31,8 @@ typedef struct GpuivfPlacement
 {
     int         nshards;
     bool        codes_only;
+    uint64      version;        /* of the rows the copies must hold (set by
+                                 * the search, from GpuivfReadRows) */
 } GpuivfPlacement;
 GpuivfPlacement GpuivfPlaceIndex(const GpuivfMetaPageData *meta);
 /* submit a filled request and wait without a time limit (builds, exact

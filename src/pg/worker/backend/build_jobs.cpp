@@ -8,6 +8,7 @@
 #include "worker/worker.h"
 #include "worker/protocol.h"
 #include "worker/backend/backend.h"
+#include "storage/storage.h"
 
 /*
  * Run a TRAIN or ENCODE request whose data is in seg; false when the CPU
@@ -23,7 +24,7 @@ BuildRequest(Relation index, dsm_segment *seg, int kind, int metric, int dims,
     if (slot == NULL)
         return false;
     slot->kind = kind;
-    SetIndexIdentity(slot, index, NULL);
+    SetIndexIdentity(slot, index, NULL, 0);
     slot->dims = dims;
     slot->metric = metric;
     slot->nq = 0;
@@ -199,7 +200,7 @@ GpuivfWorkerEncodeSubmit(GpuivfEncodeJob *job, Relation index, int area, int64 n
     if (slot == NULL)
         return false;
     slot->kind = GPUIVF_KIND_ENCODE;
-    SetIndexIdentity(slot, index, NULL);
+    SetIndexIdentity(slot, index, NULL, 0);
     slot->dims = job->model.d;
     slot->metric = (int) job->model.metric;
     slot->nq = 0;
@@ -276,16 +277,19 @@ GpuivfWorkerLoadStart(Relation index, const GpuivfMetaPageData *meta)
 {
     GpuivfRequestSlot *slot;
     GpuivfPlacement pl;
+    GpuivfMetaPageData now = *meta;
+    uint64      version;
 
     Assert(PendingLoad == NULL);
     if (gpuivf_device == GPUIVF_DEVICE_CPU || GpuivfReadyWorkers() == 0 ||
         !GpuivfWorkerCanRead(index))
         return false;
-    pl = GpuivfPlaceIndex(meta);
+    version = GpuivfReadRows(index, &now);
+    pl = GpuivfPlaceIndex(&now);
     if (pl.nshards > 1 || (slot = GpuivfMySlot()) == NULL)
         return false;
     slot->kind = GPUIVF_KIND_LOAD;
-    SetIndexIdentity(slot, index, meta);
+    SetIndexIdentity(slot, index, &now, version);
     slot->codes_only = pl.codes_only;
     slot->nq = 0;
     slot->kmax = 0;

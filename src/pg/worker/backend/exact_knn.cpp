@@ -79,7 +79,7 @@ GpuivfWorkerExactKnnRun(GpuivfExactKnnJob *job, int64 n, float *scores, uint64 *
         return false;
     }
     slot->kind = GPUIVF_KIND_EXACT_KNN;
-    SetIndexIdentity(slot, job->index, NULL);
+    SetIndexIdentity(slot, job->index, NULL, 0);
     slot->dims = job->dims;
     slot->metric = (int) job->metric;
     slot->nq = job->nq;

@@ -171,7 +171,8 @@ RequestFailed(Relation index, GpuivfRequestSlot *slot, bool answered, const char
 
 /* Fill the identity of index into a request. */
 void
-SetIndexIdentity(GpuivfRequestSlot *slot, Relation index, const GpuivfMetaPageData *meta)
+SetIndexIdentity(GpuivfRequestSlot *slot, Relation index, const GpuivfMetaPageData *meta,
+                 uint64 version)
 {
     slot->dboid = MyDatabaseId;
     slot->indexoid = RelationGetRelid(index);
@@ -179,7 +180,7 @@ SetIndexIdentity(GpuivfRequestSlot *slot, Relation index, const GpuivfMetaPageDa
     slot->permanent = index->rd_rel->relpersistence == RELPERSISTENCE_PERMANENT;
     slot->lsn_reliable = RelationNeedsWAL(index);
     slot->train_id = meta ? meta->train_id : 0;
-    slot->generation = meta ? meta->generation : 0;
+    slot->version = meta ? version : 0;
     slot->dims = meta ? (int) meta->dims : 0;
     slot->codes_only = false;
     slot->reranked = 0;

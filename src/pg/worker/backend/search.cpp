@@ -156,7 +156,7 @@ FillSearchRequest(GpuivfRequestSlot *slot, Relation index, const GpuivfMetaPageD
         return 0;
     *l = GpuivfSearchPayloadLayout(c, dims, *kmax, sharded);
     slot->kind = GPUIVF_KIND_SEARCH;
-    SetIndexIdentity(slot, index, meta);
+    SetIndexIdentity(slot, index, meta, pl->version);
     slot->codes_only = pl->codes_only;
     if (sharded)
     {
@@ -495,6 +495,7 @@ GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
 {
     GpuivfMetaPageData meta;
     GpuivfPlacement pl;
+    uint64      version;
 
     *adc_candidates = false;
     if (nq <= 0 || !WorkerUsable(nq))
@@ -514,7 +515,11 @@ GpuivfWorkerSearch(Relation index, int nq, const GpuivfQuery *queries,
 
     if (stats != NULL)
         memset(stats, 0, sizeof(*stats));
+    /* the rows now (the placement counts them) and their version, read
+     * after the caller's snapshot: every row it sees is at most that */
+    version = GpuivfReadRows(index, &meta);
     pl = GpuivfPlaceIndex(&meta);
+    pl.version = version;
     if (pl.codes_only)
     {
         *adc_candidates = true;

@@ -10,7 +10,7 @@
 
 /* ------------------------------------------------- gpuivf_index_info */
 
-/* Appends "gpu_cache": [{worker, device, generation, vectors, bytes, shard,
+/* Appends "gpu_cache": [{worker, device, version, vectors, bytes, shard,
  * shards}, ...]: shards 1 is a whole copy, else the copy of lists
  * l % shards = shard. */
 void
@@ -36,10 +36,10 @@ GpuivfAppendCacheInfo(StringInfo json, Relation index)
             if (shown[j].dboid != MyDatabaseId || shown[j].relnode != index->rd_node.relNode ||
                 shown[j].indexoid != RelationGetRelid(index))
                 continue;
-            appendStringInfo(json, "%s{\"worker\": %d, \"device\": %d, \"generation\": " UINT64_FORMAT
+            appendStringInfo(json, "%s{\"worker\": %d, \"device\": %d, \"version\": " UINT64_FORMAT
                              ", \"vectors\": " INT64_FORMAT ", \"bytes\": " INT64_FORMAT
                              ", \"shard\": %d, \"shards\": %d, \"rerank\": \"%s\"}",
-                             first ? "" : ", ", i, device, shown[j].generation,
+                             first ? "" : ", ", i, device, shown[j].version,
                              shown[j].vectors, shown[j].bytes, shown[j].shard,
                              Max(shown[j].nshards, 1), shown[j].codes_only ? "host" : "gpu");
             first = false;

@@ -67,9 +67,9 @@ typedef struct GpuivfCopyRef
     int64       entries;
 } GpuivfCopyRef;
 void        GpuivfGpuCacheInit(void);
-GpuivfCopyRef GpuivfGetCopyFor(const GpuivfRequestSlot *req, uint64 generation);
-bool        GpuivfCopyIsCurrent(const GpuivfRequestSlot *req, uint64 generation);
-/* LOAD: the request's index's copy, brought up to the request's generation */
+GpuivfCopyRef GpuivfGetCopyFor(const GpuivfRequestSlot *req, uint64 version);
+bool        GpuivfCopyIsCurrent(const GpuivfRequestSlot *req, uint64 version);
+/* LOAD: the request's index's copy, brought up to the request's version */
 void        GpuivfServeLoad(int worker, int slotno);
 void        GpuivfPublishCache(void);
 /* waker.cpp: backends woken by a thread of the worker, not its main
@@ -82,9 +82,9 @@ void        GpuivfWakeBackend(Latch *latch);
 extern int  gpuivf_search_streams;      /* gpuivf.search_streams */
 void        GpuivfSearchStreamsStart(int device, int nstreams);
 bool        GpuivfServeSearchGroup(int worker, int *slotnos, int n);   /* true: answered later */
-/* the newest metapage generation a search group's requests saw: its copy
- * must cover it */
-uint64      GpuivfGroupGeneration(const int *slotnos, int n);
+/* the newest version of the index's rows a search group's requests saw:
+ * its copy must have reached it */
+uint64      GpuivfGroupVersion(const int *slotnos, int n);
 int         GpuivfSearchesInFlight(void);
 bool        GpuivfFinishSearches(bool wait);
 void        GpuivfDrainSearches(void);

@@ -20,19 +20,22 @@
  * side, a mirror remembers for every list page its LSN and the entries it
  * held (page-order entry TIDs and heap ids).
  *
- * Never stale.  A request carries the metapage generation its backend saw
- * after taking its snapshot.  A copy is labelled with the generation read
- * *before* it was (re)loaded, so it holds every entry that existed then: a
- * request is served only by a copy whose label is at least the request's,
- * otherwise the copy catches up first.  Catching up walks the list chains
- * whose change counters moved since the last walk (list_changes.cpp; every
- * chain during recovery, when replay moves no counter) and compares page
- * LSNs (every WAL-logged change of a page moves its LSN); only changed pages
- * are read.  When nothing but inserts happened since the last walk (no
- * change that removes entries was counted; untrusted counters: the
- * generation moved exactly as much as the row count plus the new pages,
- * every other record moves it more), a changed page whose old entries are a
- * prefix of its new ones only appends its new entries;
+ * Never stale.  A request carries the version of the index's rows
+ * (storage/storage.h: the newest directory-page LSN of a WAL-logged index,
+ * else the metapage generation) its backend read after taking its
+ * snapshot.  A copy is labelled with the version read *before* it was
+ * (re)loaded, so it holds every entry that existed then: a request is
+ * served only by a copy whose label is of the same kind and at least the
+ * request's, otherwise the copy catches up first.  Catching up walks the
+ * list chains whose change counters moved since the last walk
+ * (list_changes.cpp; every chain during recovery, when replay moves no
+ * counter) and compares page LSNs (every WAL-logged change of a page moves
+ * its LSN); only changed pages are read.  When nothing but inserts happened since the last walk (no
+ * change that removes entries was counted; untrusted counters: the metapage
+ * generation, which every record that removes entries moves and no insert
+ * into a trained WAL-logged index does, stood still since the last walk
+ * began), a changed page whose old entries are a prefix of its new ones
+ * only appends its new entries;
  * otherwise the page's old entries are removed from the GPU and all its
  * entries added again.  Indexes without reliable LSNs (unlogged, or new in
  * this transaction under wal_level = minimal) are reloaded whenever they
@@ -99,6 +102,22 @@ ReadCopyPage(const void *arg, BlockNumber blkno)
     return ReadIndexPage((const GpuIndex *) arg, blkno);
 }
 
+/* meta's rows now (its directory's counts) and their version, which is
+ * returned (storage/storage.h). */
+static uint64
+ReadRows(const GpuIndex *ix, GpuivfMetaPageData *meta, bool lsn_reliable)
+{
+    uint64      rows;
+    XLogRecPtr  lsn;
+    BlockNumber bad = GpuivfCopyDirRows(ReadCopyPage, ix, meta, &rows, &lsn);
+
+    if (bad != InvalidBlockNumber)
+        Corrupted(ix, bad == meta->directory_start + meta->directory_pages
+                  ? meta->directory_start : bad, "directory");
+    meta->vectors = rows;
+    return GpuivfRowsVersion(meta, lsn_reliable, lsn);
+}
+
 /* A raw array (model, directory) from consecutive pages. */
 void
 ReadRawPages(const GpuIndex *ix, BlockNumber start, uint32 npages, uint16 type,
@@ -135,7 +154,7 @@ PublishCache(void)
             s->dboid = ix->dboid;
             s->relnode = ix->node.relNode;
             s->indexoid = ix->indexoid;
-            s->generation = ix->generation;
+            s->version = ix->version;
             s->vectors = ix->entries;
             s->bytes = ix->device_bytes;
             s->loaded_at = ix->loaded_at;
@@ -286,8 +305,6 @@ CreateCopy(GpuIndex *ix, const GpuivfMetaPageData *meta)
                             HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
     ix->list_changes = NULL;
     ix->meta = *meta;
-    ix->end_generation = 0;
-    ix->end_vectors = 0;
     ix->loaded_at = GetCurrentTimestamp();
 }
 
@@ -302,6 +319,7 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
     GpuivfMetaPageData meta1;
     GpuivfMetaPageData meta2;
     Walk        wk;
+    uint64      version1;
     int         new_pages;
     bool        pure;
     uint64     *ids_out;
@@ -312,7 +330,7 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
     double      t_walk = 0.0;   /* seconds until the walk ended */
     double      t_rest = 0.0;   /* and after it */
     bool        in_recovery;
-    bool        by_arithmetic;
+    bool        by_generation;
     uint64      removals_start;
     uint64     *counts;
     const uint64 *seen;
@@ -332,8 +350,11 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
         ereport(ERROR,
                 (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
                  errmsg("gpuivf index %u changed while the GPU worker loaded it", ix->indexoid)));
+    /* the label: every change up to it is done, so the walk sees it */
+    version1 = ReadRows(ix, &meta1, req->lsn_reliable);
+    /* a copy made while LSNs did not move has a mirror of unmoved LSNs */
     if (ix->gindex != NULL &&
-        (full || !req->lsn_reliable || ix->meta.lists != meta1.lists ||
+        (full || !req->lsn_reliable || !ix->version_is_lsn || ix->meta.lists != meta1.lists ||
          ix->meta.code_size != meta1.code_size || ix->meta.flags != meta1.flags))
         DropCopy(ix);
     fresh = ix->gindex == NULL;
@@ -360,20 +381,18 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
     /*
      * Only inserts since the last walk?  With trusted counters (seen): no
      * change that removes entries began since the last walk began, nor was
-     * under way then (read after this walk's last page).  Else the
-     * generation moved by rows + pages (a page appended to a list after the
-     * walk passed it, or on a standby, fails this: the general path below;
-     * a shard does not walk the other shards' lists, so it cannot count their
-     * new pages and always takes it).
+     * under way then (read after this walk's last page).  Else (a standby,
+     * or the first walk after recovery): the metapage generation, which
+     * every record that removes entries moves (storage/wal.cpp) and inserts
+     * into a trained WAL-logged index do not, has not moved since the last
+     * walk began; a removal still under way now is seen by the next walk.
      */
-    by_arithmetic = !fresh && ix->nshards == 1 &&
-        (int64) (meta2.generation - ix->end_generation) ==
-        (int64) (meta2.vectors - ix->end_vectors) + new_pages;
+    by_generation = !fresh && meta2.generation == ix->walk_generation;
     if (seen != NULL)
         pure = ix->removals_seen != GPUIVF_LIST_UNSETTLED &&
             GpuivfListRemovalCount(&ix->node) == ix->removals_seen;
     else
-        pure = by_arithmetic;
+        pure = by_generation;
 
     for (int i = 0; i < wk.npages; i++)
     {
@@ -427,17 +446,18 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
 
     UpdateDeviceBytes(ix);
     ix->meta = meta1;
-    ix->generation = meta1.generation;
-    ix->end_generation = meta2.generation;
-    ix->end_vectors = meta2.vectors;
+    ix->version = version1;
+    ix->version_is_lsn = req->lsn_reliable;
+    ix->walk_generation = meta1.generation;
     GpuivfAddSeconds(&t_rest, &t0);
     elog(DEBUG1, "gpuivf GPU worker %s index %u: %lld entries of %d list pages in %.0f ms "
          "(walking the lists %.0f ms, reading vectors %.0f ms, to the engine %.0f ms); "
-         "walked %d of %d lists, %lld entries removed first (only inserts: %s; by the generation: %s)",
+         "walked %d of %d lists, %lld entries removed first (only inserts: %s; by the generation: %s; "
+         "%d list pages new)",
          fresh ? "loaded" : "caught up", ix->indexoid, (long long) wk.n, wk.npages,
          1000 * (t_walk + t_rest), 1000 * t_walk, 1000 * wk.t_vectors, 1000 * wk.t_device,
          wk.lists_walked, wk.lists_total, (long long) nremove,
-         fresh ? "-" : pure ? "yes" : "no", fresh ? "-" : by_arithmetic ? "yes" : "no");
+         fresh ? "-" : pure ? "yes" : "no", fresh ? "-" : by_generation ? "yes" : "no", new_pages);
     pg_atomic_fetch_add_u64(fresh ? &GpuivfShmem->workers[GpuivfMyWorker].loads
                             : &GpuivfShmem->workers[GpuivfMyWorker].refreshes, 1);
     return true;
@@ -470,17 +490,18 @@ FreeCacheEntry(void)
     return NULL;
 }
 
-/* Whether copy ix is loaded and at least at `generation` (else GetCopy
- * loads or catches it up, reading pages). */
+/* Whether copy ix is loaded and at least at `version`, of the kind req's
+ * lsn_reliable says (else GetCopy loads or catches it up, reading pages). */
 static bool
-CopyIsCurrent(const GpuIndex *ix, uint64 generation)
+CopyIsCurrent(const GpuIndex *ix, const GpuivfRequestSlot *req, uint64 version)
 {
-    return ix->gindex != NULL && ix->generation >= generation;
+    return ix->gindex != NULL && ix->version_is_lsn == req->lsn_reliable &&
+        ix->version >= version;
 }
 
-/* The copy of req's index, loaded or brought up to req's generation. */
+/* The copy of req's index, loaded or brought up to `version`. */
 static GpuIndex *
-GetCopy(const GpuivfRequestSlot *req, uint64 generation)
+GetCopy(const GpuivfRequestSlot *req, uint64 version)
 {
     GpuIndex   *ix = FindCopy(req);
 
@@ -528,7 +549,7 @@ GetCopy(const GpuivfRequestSlot *req, uint64 generation)
         }
     }
 
-    if (!CopyIsCurrent(ix, generation))
+    if (!CopyIsCurrent(ix, req, version))
     {
         PG_TRY();
         {
@@ -550,13 +571,13 @@ GetCopy(const GpuivfRequestSlot *req, uint64 generation)
 }
 
 /*
- * The GPU copy that serves a search request of at least `generation`
+ * The GPU copy that serves a search request of at least `version`
  * (loaded, or caught up, first), published in gpuivf_stat.
  */
 GpuivfCopyRef
-GpuivfGetCopyFor(const GpuivfRequestSlot *req, uint64 generation)
+GpuivfGetCopyFor(const GpuivfRequestSlot *req, uint64 version)
 {
-    GpuIndex   *ix = GetCopy(req, generation);
+    GpuIndex   *ix = GetCopy(req, version);
     GpuivfCopyRef ref;
 
     ref.gindex = ix->gindex;
@@ -566,21 +587,21 @@ GpuivfGetCopyFor(const GpuivfRequestSlot *req, uint64 generation)
 }
 
 /*
- * Whether the request's copy is loaded and at least at `generation`: then
+ * Whether the request's copy is loaded and at least at `version`: then
  * serving it reads no page (GetCopy neither loads nor catches up), and the
  * worker serves it outside a transaction.
  */
 bool
-GpuivfCopyIsCurrent(const GpuivfRequestSlot *req, uint64 generation)
+GpuivfCopyIsCurrent(const GpuivfRequestSlot *req, uint64 version)
 {
     GpuIndex   *ix = FindCopy(req);
 
-    return ix != NULL && CopyIsCurrent(ix, generation);
+    return ix != NULL && CopyIsCurrent(ix, req, version);
 }
 
 /*
  * LOAD: load the request's index, or bring its copy up to the request's
- * generation, and answer nothing (a build asks once its pages are written,
+ * version, and answer nothing (a build asks once its pages are written,
  * so that its calibration's searches find the copy ready:
  * GpuivfWorkerLoadStart).
  */
@@ -590,7 +611,7 @@ GpuivfServeLoad(int worker, int slotno)
     GpuivfRequestSlot *r = &GpuivfShmem->slots[slotno];
 
     (void) worker;
-    (void) GpuivfGetCopyFor(r, r->generation);
+    (void) GpuivfGetCopyFor(r, r->version);
     r->result = GPUIVF_RESULT_OK;
 }
 

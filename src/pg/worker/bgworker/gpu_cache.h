@@ -36,9 +36,11 @@ typedef struct GpuIndex
     bool        codes_only;     /* codes and entry ids, no vectors: searches
                                  * return ADC candidates (entry ids) */
     GpuivfMetaPageData meta;    /* shape of the model */
-    uint64      generation;     /* every change up to it is on the GPU */
-    uint64      end_generation; /* metapage after the last walk */
-    uint64      end_vectors;
+    uint64      version;        /* every change of the rows up to this version
+                                 * (storage/storage.h) is on the GPU */
+    bool        version_is_lsn; /* of the LSN kind (the requests' lsn_reliable) */
+    uint64      walk_generation;    /* the metapage generation when the last
+                                     * walk began */
     gpuivf_cuda_index *gindex;
     MemoryContext cxt;          /* mirror */
     HTAB       *pages;

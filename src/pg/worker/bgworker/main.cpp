@@ -140,7 +140,7 @@ ServeGroup(int worker, int *slotnos, int n, MemoryContext batchcxt)
     bool        xact = true;
 
     if (first->kind == GPUIVF_KIND_SEARCH)
-        xact = !GpuivfCopyIsCurrent(first, GpuivfGroupGeneration(slotnos, n));
+        xact = !GpuivfCopyIsCurrent(first, GpuivfGroupVersion(slotnos, n));
 
     PG_TRY();
     {

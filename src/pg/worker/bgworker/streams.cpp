@@ -401,13 +401,13 @@ FreeStream(void)
 /* --------------------------------------------------------- searching */
 
 uint64
-GpuivfGroupGeneration(const int *slotnos, int n)
+GpuivfGroupVersion(const int *slotnos, int n)
 {
-    uint64      generation = 0;
+    uint64      version = 0;
 
     for (int i = 0; i < n; i++)
-        generation = Max(generation, GpuivfShmem->slots[slotnos[i]].generation);
-    return generation;
+        version = Max(version, GpuivfShmem->slots[slotnos[i]].version);
+    return version;
 }
 
 /*
@@ -463,7 +463,7 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
                  r->nq, r->kmax, r->dims);
         nq += r->nq;
     }
-    ref = GpuivfGetCopyFor(first, GpuivfGroupGeneration(slotnos, n));
+    ref = GpuivfGetCopyFor(first, GpuivfGroupVersion(slotnos, n));
 
     /* every query with its own k, nprobe and candidates, sorted by candidates */
     gq = (GroupQuery *) palloc_extended(sizeof(GroupQuery) * nq, MCXT_ALLOC_HUGE);
