@@ -182,6 +182,7 @@ DropCopy(GpuIndex *ix)
     ix->cxt = NULL;
     ix->pages = NULL;
     ix->list_changes = NULL;
+    ix->list_starts = NULL;
     ix->entries = 0;
     ix->device_bytes = 0;
 }
@@ -304,6 +305,7 @@ CreateCopy(GpuIndex *ix, const GpuivfMetaPageData *meta)
     ix->pages = hash_create("gpuivf page mirror", 1024, &ctl,
                             HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
     ix->list_changes = NULL;
+    ix->list_starts = NULL;
     ix->meta = *meta;
     ix->loaded_at = GetCurrentTimestamp();
 }
@@ -334,6 +336,8 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
     uint64      removals_start;
     uint64     *counts;
     const uint64 *seen;
+    const BlockNumber *starts;
+    BlockNumber *new_starts;
 
     /*
      * Before the metapage: changes replayed from WAL move no list change
@@ -367,8 +371,36 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
     wk.code_size = meta1.code_size;
     counts = (uint64 *) palloc_extended(sizeof(uint64) * meta1.lists, MCXT_ALLOC_HUGE);
     memset(counts, 0xFF, sizeof(uint64) * meta1.lists);     /* GPUIVF_LIST_UNSETTLED */
+    new_starts = (BlockNumber *) palloc_extended(sizeof(BlockNumber) * meta1.lists, MCXT_ALLOC_HUGE);
     seen = !fresh && req->lsn_reliable && !in_recovery ? ix->list_changes : NULL;
-    new_pages = WalkLists(ix, &meta1, req->lsn_reliable && !fresh, seen, counts, &wk);
+    /* begin at the lists' last insert pages only when nothing but inserts
+     * can have changed a list since the last walk began (WalkLists) */
+    starts = seen != NULL && ix->removals_seen != GPUIVF_LIST_UNSETTLED &&
+        removals_start == ix->removals_seen ? ix->list_starts : NULL;
+    for (;;)
+    {
+        if (ix->list_starts != NULL)
+            memcpy(new_starts, ix->list_starts, sizeof(BlockNumber) * meta1.lists);
+        else
+            memset(new_starts, 0xFF, sizeof(BlockNumber) * meta1.lists);   /* InvalidBlockNumber */
+        new_pages = WalkLists(ix, &meta1, req->lsn_reliable && !fresh, seen, starts, counts,
+                              new_starts, &wk);
+        /* a removal began meanwhile: the pages before a start may have
+         * changed, and the next walk would skip their list (its count
+         * read settled): walk again from the heads */
+        if (starts == NULL || GpuivfListRemovalCount(&ix->node) == removals_start)
+            break;
+        starts = NULL;
+        if (wk.pages)
+            pfree(wk.pages);
+        if (wk.tids)
+            pfree(wk.tids);
+        if (wk.codes)
+            pfree(wk.codes);
+        memset(&wk, 0, sizeof(wk));
+        wk.code_size = meta1.code_size;
+        memset(counts, 0xFF, sizeof(uint64) * meta1.lists);
+    }
     ReadMetaPage(ix, &meta2);
     GpuivfAddSeconds(&t_walk, &t0);
 
@@ -434,15 +466,24 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
 
     ix->removals_seen = in_recovery ? GPUIVF_LIST_UNSETTLED : removals_start;
     if (in_recovery)
+    {
         ix->list_changes = NULL;
+        ix->list_starts = NULL;
+    }
     else
     {
         if (ix->list_changes == NULL)
+        {
             ix->list_changes = (uint64 *) MemoryContextAllocHuge(ix->cxt,
                                                                  sizeof(uint64) * meta1.lists);
+            ix->list_starts = (BlockNumber *) MemoryContextAllocHuge(ix->cxt,
+                                                                     sizeof(BlockNumber) * meta1.lists);
+        }
         memcpy(ix->list_changes, counts, sizeof(uint64) * meta1.lists);
+        memcpy(ix->list_starts, new_starts, sizeof(BlockNumber) * meta1.lists);
     }
     pfree(counts);
+    pfree(new_starts);
 
     UpdateDeviceBytes(ix);
     ix->meta = meta1;
@@ -452,11 +493,11 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
     GpuivfAddSeconds(&t_rest, &t0);
     elog(DEBUG1, "gpuivf GPU worker %s index %u: %lld entries of %d list pages in %.0f ms "
          "(walking the lists %.0f ms, reading vectors %.0f ms, to the engine %.0f ms); "
-         "walked %d of %d lists, %lld entries removed first (only inserts: %s; by the generation: %s; "
+         "walked %d of %d lists (%d from their insert page), %lld entries removed first (only inserts: %s; by the generation: %s; "
          "%d list pages new)",
          fresh ? "loaded" : "caught up", ix->indexoid, (long long) wk.n, wk.npages,
          1000 * (t_walk + t_rest), 1000 * t_walk, 1000 * wk.t_vectors, 1000 * wk.t_device,
-         wk.lists_walked, wk.lists_total, (long long) nremove,
+         wk.lists_walked, wk.lists_total, wk.lists_from_start, (long long) nremove,
          fresh ? "-" : pure ? "yes" : "no", fresh ? "-" : by_generation ? "yes" : "no", new_pages);
     pg_atomic_fetch_add_u64(fresh ? &GpuivfShmem->workers[GpuivfMyWorker].loads
                             : &GpuivfShmem->workers[GpuivfMyWorker].refreshes, 1);

@@ -48,6 +48,10 @@ typedef struct GpuIndex
                                  * walk read it (list_changes.cpp); NULL when
                                  * those cannot be trusted (the walk began in
                                  * recovery): the next walk walks every list */
+    BlockNumber *list_starts;   /* per list, its directory insert_page when
+                                 * the last walk read the list (allocated with
+                                 * list_changes): the first page a later
+                                 * insert can touch (gpu_sync.cpp, WalkLists) */
     uint64      removals_seen;  /* the index's removal count when the last
                                  * walk began (list_changes.cpp), or
                                  * GPUIVF_LIST_UNSETTLED */
@@ -80,6 +84,7 @@ typedef struct Walk
     int64       n, cap;
     int         code_size;
     int         lists_walked;   /* lists whose pages were read */
+    int         lists_from_start;   /* of those, read from their insert page */
     int         lists_total;    /* lists of the copy (its shard's) */
     /* where a load's time went, in seconds (the DEBUG1 line of SyncCopy) */
     double      t_vectors;      /* reading vector tuples for the entries */
@@ -109,7 +114,8 @@ bool        EvictOne(const GpuIndex *keep);
 
 /* gpu_sync.cpp: the steps of SyncCopy (gpu_cache.cpp) */
 int         WalkLists(GpuIndex *ix, const GpuivfMetaPageData *meta, bool use_lsn,
-                      const uint64 *seen, uint64 *counts, Walk *wk);
+                      const uint64 *seen, const BlockNumber *starts, uint64 *counts,
+                      BlockNumber *new_starts, Walk *wk);
 void        AddEntries(GpuIndex *ix, const GpuivfMetaPageData *meta, Walk *wk, uint64 *ids_out);
 void        UpdateMirror(GpuIndex *ix, const Walk *wk, const ChangedPage *p, const uint64 *ids_out);
 

@@ -60,11 +60,23 @@ WalkReserve(Walk *wk, int64 more)
  * read before its pages and stored in counts[list]; with seen (the counts of
  * the previous walk, trusted), a list whose count is settled and equal to
  * seen's is skipped: none of its pages changed since that walk read them.
+ *
+ * starts (with seen, only when nothing but inserts can have changed a list
+ * since the last walk began): the list's directory insert_page as that walk
+ * read it.  An insert writes its list's insert_page or a page after it in the
+ * chain, and moves insert_page only forward; only a change that removes
+ * entries (VACUUM) can move it back.  So the pages before it are as the
+ * last walk read them, and the walk begins there instead of at the head: a
+ * catch-up after a few inserts into a long list reads its last page or two,
+ * not the whole chain.  A start that is not a list page of that list in the
+ * mirror is not trusted (the head is).  The caller walks again without
+ * starts when a removal began during the walk.  new_starts[list] gets each
+ * walked list's insert_page, read (with the directory) before its pages.
  * Returns the number of pages the mirror lacked.
  */
 int
 WalkLists(GpuIndex *ix, const GpuivfMetaPageData *meta, bool use_lsn, const uint64 *seen,
-          uint64 *counts, Walk *wk)
+          const BlockNumber *starts, uint64 *counts, BlockNumber *new_starts, Walk *wk)
 {
     GpuivfListDirEntry *dir;
     int         new_pages = 0;
@@ -87,6 +99,18 @@ WalkLists(GpuIndex *ix, const GpuivfMetaPageData *meta, bool use_lsn, const uint
         if (seen != NULL && counts[l] != GPUIVF_LIST_UNSETTLED && counts[l] == seen[l])
             continue;           /* unchanged since the last walk */
         wk->lists_walked++;
+        new_starts[l] = dir[l].insert_page;
+        if (use_lsn && seen != NULL && starts != NULL && BlockNumberIsValid(starts[l]) &&
+            starts[l] != blkno)
+        {
+            PageMirror *m = (PageMirror *) hash_search(ix->pages, &starts[l], HASH_FIND, NULL);
+
+            if (m != NULL && m->list == (int32) l)
+            {
+                blkno = starts[l];
+                wk->lists_from_start++;
+            }
+        }
 
         while (BlockNumberIsValid(blkno))
         {
