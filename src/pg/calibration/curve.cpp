@@ -579,16 +579,64 @@ AllPerfect(const SweepState *sw, int j)
 }
 
 /*
- * Is every curve done at point last (CurveDone)?  A deeper depth keeps a
- * superset of the candidates, so its curve is never below the base's: when
- * the base depth covers the targets, every depth does, and measuring the
- * deeper depths costs no stage more.  Only when the base depth's curve
- * flattens below them does the sweep go on, for the deeper ones.
+ * Does depth d need no deeper one, at points 0 .. last: does its recall@10
+ * (the calibration's k) reach GPUIVF_CALIB_DEPTH_ENOUGH and meet the
+ * index's recall target, at some point, as a scan judges a point?  Then
+ * deeper depths could only save a few probes (at 1M x 128 rows, 32
+ * sub-quantizers, 200 candidates reach 0.995), and measuring them would
+ * prolong the sweep where the depth flattens near 1; below it (1M x 768 with
+ * pq_m 96 flattened at 0.962, 5M x 768 at 0.911 whatever the target) they
+ * are what lifts the cap.
+ */
+#define GPUIVF_CALIB_DEPTH_ENOUGH 0.99
+
+static bool
+DepthCovers(const SweepState *sw, int d, int last)
+{
+    double      target = GpuivfTargetRecall(sw->index, NULL);
+    int         c = sw->nk - 1;
+
+    for (int i = 0; i < sw->nk; i++)
+        if (sw->ks[i] == GPUIVF_CALIBRATION_K)
+            c = i;
+    for (int j = 0; j <= last; j++)
+        if (SweepMean(sw, CURVE(d, c), j) >= GPUIVF_CALIB_DEPTH_ENOUGH &&
+            GpuivfCurvePointMeets(SweepMean(sw, CURVE(d, c), j),
+                                  SweepStdErr(sw, CURVE(d, c), j), target))
+            return true;
+    return false;
+}
+
+/*
+ * The depths that count at points 0 .. last: the base, then each deeper
+ * one while the one before it does not cover (DepthCovers).  A deeper
+ * depth keeps a superset of the candidates, so its curve is never below
+ * the shallower's; once a depth covers, the deeper ones are neither waited
+ * for nor stored.
+ */
+static int
+DepthsNeeded(const SweepState *sw, int last)
+{
+    int         n = 1;
+
+    while (n < sw->nd && !DepthCovers(sw, n - 1, last))
+        n++;
+    return n;
+}
+
+/*
+ * Is every curve that counts done at point last (CurveDone)?  When the
+ * base depth covers (DepthCovers) the deeper curves are not waited for:
+ * the sweep ends where it did before depths were measured.  Only when the
+ * base depth's curve flattens below it does the sweep go on, for the
+ * deeper ones.
  */
 static bool
 SweepDone(const SweepState *sw, int prev, int last)
 {
-    for (int d = 0; d < sw->nd; d++)
+    int         nd = DepthsNeeded(sw, last);
+
+    for (int d = 0; d < nd; d++)
         for (int c = 0; c < sw->nk; c++)
             if (!CurveDone(sw, CURVE(d, c), prev, last))
                 return false;
@@ -725,37 +773,6 @@ GpuivfSweepPart(Relation index, const GpuivfMetaPageData *meta, int nq, const fl
     return ok;
 }
 
-/*
- * How many of the measured depths the calibration keeps (points
- * 0 .. measured): the base, then each deeper one while the one before it
- * does not cover the targets at the calibration's k (recall@10, as a scan
- * judges a point: CurveDone's targets).  A depth that covers them serves
- * every target a scan may ask up to GPUIVF_CALIB_COVER, so deeper ones
- * would only be stored, shown and weighed for nothing.
- */
-static int
-KeptDepths(const SweepState *sw, int measured)
-{
-    double      target = Max(GPUIVF_CALIB_COVER, GpuivfTargetRecall(sw->index, NULL));
-    int         c = sw->nk - 1;
-    int         kept = 1;
-
-    for (int i = 0; i < sw->nk; i++)
-        if (sw->ks[i] == GPUIVF_CALIBRATION_K)
-            c = i;
-    for (; kept < sw->nd; kept++)
-    {
-        bool        covers = false;
-
-        for (int j = 0; j < measured && !covers; j++)
-            covers = GpuivfCurvePointMeets(SweepMean(sw, CURVE(kept - 1, c), j),
-                                           SweepStdErr(sw, CURVE(kept - 1, c), j), target);
-        if (covers)
-            break;
-    }
-    return kept;
-}
-
 /* Measure the curves (calibration.h's private part, sample.h). */
 bool
 MeasureCurves(Relation index, const GpuivfMetaPageData *meta, const CalibSample *sample,
@@ -844,7 +861,7 @@ MeasureCurves(Relation index, const GpuivfMetaPageData *meta, const CalibSample 
     for (int c = 0; c < GPUIVF_CURVE_KS; c++)
         calib->calib_k[c] = c < nk ? (uint16) ks[c] : 0;
     calib->calib_depth = (uint32) sw.depths[0];
-    calib->calib_deep_count = (uint32) KeptDepths(&sw, measured) - 1;
+    calib->calib_deep_count = (uint32) DepthsNeeded(&sw, measured - 1) - 1;
     for (int d = 1; d <= (int) calib->calib_deep_count; d++)
         calib->calib_deep_depth[d - 1] = (uint32) sw.depths[d];
     for (int j = 0; j < measured; j++)

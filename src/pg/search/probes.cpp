@@ -271,8 +271,9 @@ FirstWarning(const GpuivfMetaPageData *meta)
  * The NOTICE a scan gives, once per backend and calibration, when no curve
  * reaches the target and the best point is used instead.  The hint says
  * what will help: without re-rank, re-ranking; with a re-rank depth set,
- * leaving the depth to the calibration; a calibration from before depths
- * were measured, measuring again; else (the deepest re-rank ANALYZE
+ * leaving the depth to the calibration; a calibration that measured one
+ * depth (its target was met, or it is from before depths were measured),
+ * measuring again under this target; else (the deepest re-rank ANALYZE
  * measured still falls short: the PQ codes order the true neighbours too
  * far down) finer PQ codes, or a rebuild when the rows drifted since
  * training.
@@ -300,8 +301,8 @@ NoticeTargetNotReached(Relation index, const GpuivfMetaPageData *meta, int k,
              ? errhint("Rebuild the index with the option rerank = true, so that candidates are re-ranked with exact distances, or with a larger pq_m.")
              : depth_set > 0 && depth_set < gpuivf::kMaxK
              ? errhint("Reset gpuivf.rerank_candidates so that scans use the deeper re-ranks ANALYZE measures, or raise it and run ANALYZE.")
-             : meta->calib_depth == 0
-             ? errhint("Run ANALYZE on the table: it measures deeper re-ranks where the default depth caps recall.")
+             : GpuivfCalibDepthCount(meta) == 1 && at_depth < gpuivf::kMaxK
+             ? errhint("Run ANALYZE on the table with this recall target in force: it measures deeper re-ranks when the default depth cannot meet the target.")
              : errhint("Rebuild the index with a larger pq_m (finer PQ codes rank the true neighbours among fewer candidates), or REINDEX it if its rows changed much since it was built.")));
 }
 
