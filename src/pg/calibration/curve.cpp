@@ -398,11 +398,15 @@ EntryIdsToHeapIds(Relation index, const GpuivfMetaPageData *meta, const uint64 *
     }
 }
 
+static int  DepthsNeeded(const SweepState *sw, int last);
+
 /*
  * The stage of SweepStage measured through GpuivfSearchBatch instead: per
  * point one batch of all queries per candidate count that some curve's
- * scan keeps (with re-rank: the distinct C of every depth and k; without:
- * one), asking the largest k of the curves of that count.  A scan of k
+ * scan keeps (with re-rank: the distinct C of every depth and k that still
+ * counts, DepthsNeeded: once a depth covers, the deeper ones cost no batch
+ * more; without re-rank: one), asking the largest k of the curves of that
+ * count.  A scan of k
  * rows returns the first k of those rows (the exact top k of the same
  * candidates, or the k best by ADC).  A query that is a row of the index
  * asks one more row (and candidate), so that its own row can be dropped.
@@ -419,11 +423,12 @@ SearchStage(SweepState *sw, const uint32 *points, int first, int last)
     for (int j = first; j <= last; j++)
     {
         bool        done[GPUIVF_CALIB_CURVES] = {false};
+        int         nd = j > 0 ? DepthsNeeded(sw, j - 1) : sw->nd;
 
         if (GpuivfGetIndexState(sw->index)->meta.train_id != sw->meta.train_id)
             return false;
         memset(found, 0, sizeof(int) * (Size) sw->nq * GPUIVF_CALIB_CURVES);
-        for (int g = 0; g < sw->nd * GPUIVF_CURVE_KS; g++)
+        for (int g = 0; g < nd * GPUIVF_CURVE_KS; g++)
         {
             GpuivfSearchStats stats;
             bool        group[GPUIVF_CALIB_CURVES] = {false};
@@ -432,7 +437,7 @@ SearchStage(SweepState *sw, const uint32 *points, int first, int last)
             if (g % GPUIVF_CURVE_KS >= sw->nk || done[g])
                 continue;
             /* the curves that keep as many candidates as curve g */
-            for (int s = g; s < sw->nd * GPUIVF_CURVE_KS; s++)
+            for (int s = g; s < nd * GPUIVF_CURVE_KS; s++)
                 if (s % GPUIVF_CURVE_KS < sw->nk && !done[s] &&
                     (!sw->rerank || sw->C[s] == sw->C[g]))
                 {
@@ -462,7 +467,7 @@ SearchStage(SweepState *sw, const uint32 *points, int first, int last)
                     if (id == sw->self_heap_ids[q])
                         continue;
                     rank = TruthRankOf(sw, q, id);
-                    for (int s = g; s < sw->nd * GPUIVF_CURVE_KS && rank >= 0; s++)
+                    for (int s = g; s < nd * GPUIVF_CURVE_KS && rank >= 0; s++)
                     {
                         int         k = sw->ks[s % GPUIVF_CURVE_KS];
 
@@ -567,11 +572,11 @@ CurveDone(const SweepState *sw, int c, int prev, int last)
     return false;
 }
 
-/* Is every curve at recall 1 at point j? */
+/* Is every curve that counts at point j (DepthsNeeded) at recall 1? */
 static bool
 AllPerfect(const SweepState *sw, int j)
 {
-    for (int d = 0; d < sw->nd; d++)
+    for (int d = 0; d < DepthsNeeded(sw, j); d++)
         for (int c = 0; c < sw->nk; c++)
             if (SweepMean(sw, CURVE(d, c), j) < 1.0)
                 return false;
