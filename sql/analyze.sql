@@ -49,6 +49,13 @@ SELECT c ->> 'k' AS k, c ->> 'sample' AS sample, c ->> 'vectors' AS vectors,
        (c ->> 'measured_at')::timestamptz <= now() AS measured_at_is_a_time,
        jsonb_array_length(c -> 'curve') BETWEEN 2 AND 64 AS has_points
 FROM (SELECT gpuivf_index_info('an_idx') -> 'calibration' AS c) s;
+-- the re-rank depths measured and the one scans use: 16 dimensions, where
+-- the default depth covers every target, measure only it
+SELECT c -> 'depths' AS depths, jsonb_array_length(c -> 'deeper_curves') AS deeper,
+       gpuivf_index_info('an_idx') #>> '{probes,rerank_candidates}' AS in_use,
+       gpuivf_index_info('an_idx') #>> '{probes,rerank_source}' AS rerank_source
+FROM (SELECT gpuivf_index_info('an_idx') -> 'calibration' AS c) s;
+
 SELECT min(nprobe) AS first_nprobe, max(nprobe) <= 20 AS within_lists,
        bool_and(recall BETWEEN 0 AND 1) AS recalls_in_range,
        bool_and(se >= 0) AS se_non_negative

@@ -55,7 +55,7 @@ SHOW gpuivf.rerank_candidates;
 SHOW gpuivf.device;
 SET gpuivf.device = tpu;
 SET gpuivf.probes = -1;
-SET gpuivf.rerank_candidates = 0;
+SET gpuivf.rerank_candidates = 1025;
 
 -- an index with defaults on a small table
 CREATE TABLE surface_items (id int PRIMARY KEY, v real[]);

@@ -21,7 +21,7 @@ PG_MODULE_MAGIC;
 
 /* settings (gpuivf.h) */
 int         gpuivf_probes = 0;
-int         gpuivf_rerank_candidates = 200;
+int         gpuivf_rerank_candidates = 0;
 int         gpuivf_device = GPUIVF_DEVICE_AUTO;
 /* planner integration settings */
 bool        gpuivf_enable_batch_join = true;
@@ -31,19 +31,21 @@ double      gpuivf_target_recall = 0.95;
 int         gpuivf_analyze_sample = GPUIVF_DEFAULT_ANALYZE_SAMPLE;
 
 /*
- * The PQ candidates re-ranked exactly for a query of k rows: the setting is
- * the count for up to 10 rows, and a larger k gets as many candidates per
- * row as the setting gives 10 rows (200 by default: 20 a row), at most the
- * engines' 1024 and never fewer than k.  Re-ranking a fixed count capped
- * the recall of LIMIT 100 near 0.90 on 1M x 128 rows (200 candidates: two
- * per row), whatever the probes; a count proportional to k keeps the
- * exact re-rank as deep for every LIMIT.  Scans, gpuivf_worker_search and
- * the calibration of each LIMIT's curve all use this.
+ * The PQ candidates re-ranked exactly for a query of k rows at a re-rank
+ * depth (the count for up to 10 rows: gpuivf.rerank_candidates when set,
+ * else the depth the calibration chose, search/probes.cpp): a larger k gets
+ * as many candidates per row as the depth gives 10 rows (200: 20 a row),
+ * at most the engines' 1024 and never fewer than k.  Re-ranking a fixed
+ * count capped the recall of LIMIT 100 near 0.90 on 1M x 128 rows (200
+ * candidates: two per row), whatever the probes; a count proportional to k
+ * keeps the exact re-rank as deep for every LIMIT.  Scans,
+ * gpuivf_worker_search and the calibration of each LIMIT's curve all use
+ * this.
  */
 int
-GpuivfRerankCount(int k)
+GpuivfRerankCount(int depth, int k)
 {
-    int64       r = Max(gpuivf_rerank_candidates, 1);
+    int64       r = Max(depth, 1);
 
     if (k > 10)
         r = (r * k + 9) / 10;   /* ceil(r * k / 10): at least r */
@@ -112,9 +114,11 @@ _PG_init(void)
                             &gpuivf_probes, 0, 0, gpuivf::kMaxLists,
                             PGC_USERSET, 0, NULL, NULL, NULL);
     DefineCustomIntVariable("gpuivf.rerank_candidates",
-                            "Number of PQ candidates re-ranked with exact distances per round, for up to 10 rows.",
-                            "A query of more rows re-ranks proportionally more, at most 1024.",
-                            &gpuivf_rerank_candidates, 200, 1, gpuivf::kMaxK,
+                            "Number of PQ candidates re-ranked with exact distances per round, for up to 10 rows (0 = automatic).",
+                            "A query of more rows re-ranks proportionally more, at most 1024.  Automatic: "
+                            "200, or the deeper re-rank ANALYZE measured when 200 caps an index's recall, "
+                            "whichever meets the recall target at the least cost.",
+                            &gpuivf_rerank_candidates, 0, 0, gpuivf::kMaxK,
                             PGC_USERSET, 0, NULL, NULL, NULL);
     DefineCustomEnumVariable("gpuivf.device",
                              "Where gpuivf scans run: auto, cpu or gpu.",

@@ -227,9 +227,15 @@ extern "C" {
 #define GPUIVF_DEVICE_GPU   2
 
 extern int  gpuivf_probes;              /* gpuivf.probes, 0 = automatic */
-extern int  gpuivf_rerank_candidates;   /* gpuivf.rerank_candidates */
-/* PQ candidates re-ranked for a query of k rows (gpuivf.cpp) */
-int         GpuivfRerankCount(int k);
+extern int  gpuivf_rerank_candidates;   /* gpuivf.rerank_candidates, 0 = automatic */
+/* The re-rank depth: PQ candidates re-ranked per round for up to 10 rows.
+ * Without a setting and without a calibration that chose deeper, this;
+ * ANALYZE also measures twice and four times it when this depth caps
+ * recall (calibration/curve.cpp), and scans pick one (search/probes.cpp). */
+#define GPUIVF_DEFAULT_RERANK_DEPTH 200
+/* PQ candidates re-ranked for a query of k rows at a re-rank depth
+ * (gpuivf.cpp) */
+int         GpuivfRerankCount(int depth, int k);
 extern int  gpuivf_device;              /* gpuivf.device */
 
 /* ANALYZE calibration */
@@ -273,6 +279,11 @@ typedef struct GpuivfRecallPoint
     float4      recall;         /* mean recall@k over the calibration's queries */
     float4      recall_se;      /* standard error of that mean */
 } GpuivfRecallPoint;
+
+/* Re-rank depths one calibration measures: the depth of calib_recall and
+ * up to GPUIVF_CALIB_DEEPER deeper ones (calib_deep_*). */
+#define GPUIVF_CALIB_DEEPER     2
+#define GPUIVF_CALIB_DEPTHS     (1 + GPUIVF_CALIB_DEEPER)
 
 /* where a calibration's queries came from (calib_source) */
 #define GPUIVF_CALIB_NONE       0   /* no curve */
@@ -334,6 +345,19 @@ typedef struct GpuivfMetaPageData
     uint32      calib_free_pages;   /* calibration (0: none; head not meaningful) */
     uint32      calib_nprobe[GPUIVF_CURVE_POINTS];
     GpuivfRecallPoint calib_recall[GPUIVF_CURVE_KS][GPUIVF_CURVE_POINTS];
+
+    /*
+     * The re-rank depths of the curves (the depth: candidates re-ranked for
+     * up to 10 rows, GpuivfRerankCount): calib_recall's is calib_depth (0:
+     * measured before depths were recorded, GpuivfCalibDepthAt says which);
+     * when that depth capped recall, the same sweep's curves at the deeper
+     * calib_deep_depth[0 .. calib_deep_count), ascending, over the same
+     * nprobe points and k (calibration/curve.cpp).
+     */
+    uint32      calib_depth;
+    uint32      calib_deep_count;
+    uint32      calib_deep_depth[GPUIVF_CALIB_DEEPER];
+    GpuivfRecallPoint calib_deep_recall[GPUIVF_CALIB_DEEPER][GPUIVF_CURVE_KS][GPUIVF_CURVE_POINTS];
 } GpuivfMetaPageData;
 typedef GpuivfMetaPageData *GpuivfMetaPage;
 

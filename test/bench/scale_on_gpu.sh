@@ -211,7 +211,7 @@ build_index() {
 	CALIB=$(grep -ho 'calibrated on .*' "$W/build.log" | head -1)
 	INDEX_SIZE=$(sql "SELECT pg_size_pretty(pg_relation_size('items_gpuivf'))")
 	bytes=$(sql "SELECT pg_relation_size('items_gpuivf')")
-	INFO=$(sql "SELECT format('lists %s, pq_m %s, probes %s', i->>'lists', i->>'pq_m', i->'probes'->>'in_use') FROM (SELECT gpuivf_index_info('items_gpuivf') i) s")
+	INFO=$(sql "SELECT format('lists %s, pq_m %s, probes %s, re-rank depths measured %s', i->>'lists', i->>'pq_m', i->'probes'->>'in_use', coalesce(i->'calibration'->>'depths', '-')) FROM (SELECT gpuivf_index_info('items_gpuivf') i) s")
 	say "   ${BUILD_S}s, index $INDEX_SIZE ($INFO); $BUILD_MEM"
 	say "   phases: $PHASES"
 	say "   calibration: $CALIB"
@@ -265,7 +265,7 @@ RES_ROWS=()
 measure() {
 	local target=$1 set_t probes r c tps p50 p99
 	set_t="SET gpuivf.device = gpu; SET gpuivf.target_recall = $target;"
-	probes=$(sql "LOAD 'gpuivf'; $set_t SELECT gpuivf_index_info('items_gpuivf') -> 'probes' ->> 'in_use'")
+	probes=$(sql "LOAD 'gpuivf'; $set_t SELECT format('%s (re-rank %s)', p->>'in_use', coalesce(p->>'rerank_candidates', '-')) FROM (SELECT gpuivf_index_info('items_gpuivf') -> 'probes' AS p) s")
 	r=$(recall "$set_t")
 	say "$2. target $target: probes $probes, recall@10 $r"
 	for c in $CLIENTS; do

@@ -37,8 +37,8 @@
 # LISTS (1000), QGEN (the query distribution: '--query-clusters 1000
 # --query-spread 1.5 --query-shift 1.5'), TARGETS ("0.90 0.95 0.99"), CLIENTS
 # ("1 16 64"), BENCH_S (5 s a pgbench point), AB_S (8), AB_ROUNDS (3), DEVICE
-# (gpu), RERANK (gpuivf.rerank_candidates; default the setting's 200, which
-# can cap recall@100), SHARED_BUFFERS (8GB), MAINTENANCE_WORK_MEM (4GB), PORT
+# (gpu), RERANK (gpuivf.rerank_candidates; default automatic: 200, or the
+# deeper re-rank ANALYZE measured), SHARED_BUFFERS (8GB), MAINTENANCE_WORK_MEM (4GB), PORT
 # (5870), OUT (/tmp/gpuivf-calibration-out), W (work directory).
 # About 5-6 minutes at the defaults on one H100/H200 (16 cores).
 set -u

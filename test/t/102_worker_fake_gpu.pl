@@ -115,9 +115,10 @@ is($node->safe_psql('postgres', "SELECT gpuivf_index_info('items_v') -> 'gpu_cac
 
 # ------------------------------------- per-query k and candidates in a batch
 # One batched join whose rows ask for different LIMITs: candidates are
-# GpuivfRerankCount(k) (200 up to 10 rows, 20 a row above), so 200, 300 and
-# 500 here, fewer than the 6 probed lists hold (the worker counts what it
-# asks the engine to re-rank, the CPU what the lists gave).
+# GpuivfRerankCount(depth, k) (at the default depth: 200 up to 10 rows, 20
+# a row above), so 200, 300 and 500 here, fewer than the 6 probed lists
+# hold (the worker counts what it asks the engine to re-rank, the CPU what
+# the lists gave).
 $node->safe_psql('postgres', q{
 	CREATE TABLE qs (qid int, k int, q real[]);
 	INSERT INTO qs SELECT n, (ARRAY[3, 10, 15, 25, 10, 3])[n], v

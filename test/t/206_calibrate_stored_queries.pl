@@ -141,8 +141,9 @@ $lin .= "ROLLBACK;\n\\q\n";
 $locker->finish;
 
 # what gpuivf_index_info shows of queries: counts and distances, no vector
+# (its arrays are the curves and the re-rank depths)
 my $shown = $primary->safe_psql('postgres',
-	q{SELECT (gpuivf_index_info('items_idx') -> 'recorded_queries') || ((gpuivf_index_info('items_idx') -> 'calibration') - 'curves' - 'curve')});
+	q{SELECT (gpuivf_index_info('items_idx') -> 'recorded_queries') || ((gpuivf_index_info('items_idx') -> 'calibration') - 'curves' - 'curve' - 'deeper_curves' - 'depths')});
 unlike($shown, qr/\[/, 'gpuivf_index_info shows no array of recorded or stored queries');
 
 $standby->stop;

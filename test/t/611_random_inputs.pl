@@ -349,7 +349,7 @@ is(scalar(grep { $_ ne 'ok:' } @verify), 0, 'every index verifies after them');
 # ------------------------------------------------------------------ settings
 my %gucs = (
 	'gpuivf.probes' => [ [ -1, 0, 1, 3, 65536, 65537, 'a' ], 0, 65536 ],
-	'gpuivf.rerank_candidates' => [ [ 0, 1, 10, 1024, 1025, -5 ], 1, 1024 ],
+	'gpuivf.rerank_candidates' => [ [ -1, 0, 1, 10, 1024, 1025, -5 ], 0, 1024 ],
 	'gpuivf.max_probes' => [ [ -1, 0, 1, 65536, 65537 ], 0, 65536 ],
 	'gpuivf.analyze_sample' => [ [ -1, 0, 10, 10000, 10001 ], 0, 10000 ],
 	'gpuivf.target_recall' => [ [ -0.1, 0, 0.5, 1, 1.01, 'NaN' ], 0, 1 ],

@@ -78,6 +78,8 @@ typedef struct GpuivfScanStats
     int64       k_sum;          /* rows asked of round 1 */
     int64       probes_sum;     /* nprobe of round 1 */
     int         probe_source;   /* GPUIVF_PROBES_* of the last scan */
+    int         depth;          /* its re-rank depth; 0 = no re-rank */
+    int         depth_source;   /* GPUIVF_DEPTH_* of it */
     double      target_recall;  /* the recall target of the last scan */
     int         target_source;  /* GPUIVF_TARGET_* of it */
     int64       exact;          /* scans answered exactly */

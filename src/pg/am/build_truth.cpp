@@ -54,7 +54,7 @@ struct GpuivfTruthArea
     Size        off_cand_vals;  /* nq * cmax floats */
     Size        off_cand_ids;   /* nq * cmax uint64 */
     Size        off_cand_sizes; /* nq int32 */
-    Size        off_hits;       /* nq * GPUIVF_CURVE_POINTS * GPUIVF_CURVE_KS int */
+    Size        off_hits;       /* nq * GPUIVF_CURVE_POINTS * GPUIVF_CALIB_CURVES int */
 };
 
 static Size
@@ -71,7 +71,7 @@ Layout(int nq, int dims, int k, int slots, int cmax, GpuivfTruthArea *area)
         mul_size(cands, sizeof(float)),
         mul_size(cands, sizeof(uint64)),
         mul_size((Size) nq, sizeof(int32)),
-        mul_size((Size) nq, GPUIVF_CURVE_POINTS * GPUIVF_CURVE_KS * sizeof(int)),
+        mul_size((Size) nq, GPUIVF_CURVE_POINTS * GPUIVF_CALIB_CURVES * sizeof(int)),
     };
     Size        off[lengthof(bytes)];
     Size        size = GpuivfLayoutArrays(sizeof(GpuivfTruthArea), bytes, lengthof(bytes), off);

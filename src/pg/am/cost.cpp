@@ -123,7 +123,7 @@ gpuivfcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
             sel = Min(Max(baserel->rows / baserel->tuples, 1e-6), 1.0);
         if (limit > 0)
             hint = GpuivfRowsForFilter(limit, sel);
-        GpuivfMakeQuery(rel, &meta, hint, sel, NULL, &query);
+        GpuivfMakeQuery(rel, &meta, hint, sel, NULL, &query, NULL);
     }
     index_close(rel, NoLock);
 

@@ -126,7 +126,9 @@ GpuivfLockPartitionIndexes(Oid relid, Oid heapid)
  * and the nprobe scans use now: "probes" {"in_use" (a LIMIT of 10),
  * "by_limit" {"1", "10", "100": nprobe}, "source": "setting" | "curve" |
  * "automatic" | "exact", "target_recall", "target_source": "index option" |
- * "gpuivf.target_recall", "target_reached"}.
+ * "gpuivf.target_recall", "target_reached", "rerank_candidates" (the
+ * re-rank depth in use, a LIMIT of 10; null without re-rank),
+ * "rerank_source": "setting" | "curve" | "default"}.
  */
 static void
 AppendCalibration(StringInfo json, Relation index, const GpuivfMetaPageData *meta)
@@ -140,11 +142,13 @@ AppendCalibration(StringInfo json, Relation index, const GpuivfMetaPageData *met
     GpuivfAppendCalibrationInfo(json, index, meta);
     appendStringInfo(json, "\"probes\": {\"in_use\": %d, \"by_limit\": {\"%d\": %d, \"%d\": %d, \"%d\": %d}, "
                      "\"source\": \"%s\", \"target_recall\": %.4f, \"target_source\": \"%s\", "
-                     "\"target_reached\": %s}",
+                     "\"target_reached\": %s, \"rerank_candidates\": %s, \"rerank_source\": \"%s\"}",
                      probes->nprobe, limits[0], by_limit[0].nprobe, limits[1], by_limit[1].nprobe,
                      limits[2], by_limit[2].nprobe, GpuivfProbeSourceName(probes->source, true),
                      probes->target, GpuivfTargetSourceName(probes->target_source),
-                     probes->curve_nprobe > 0 ? (probes->target_reached ? "true" : "false") : "null");
+                     probes->curve_nprobe > 0 ? (probes->target_reached ? "true" : "false") : "null",
+                     GpuivfMetaReranks(meta) ? psprintf("%d", probes->depth) : "null",
+                     GpuivfDepthSourceName(probes->depth_source, true));
 }
 
 /* The fields of gpuivf_index_info's object for one index (no braces). */

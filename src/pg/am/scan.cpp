@@ -4,10 +4,11 @@
  *
  *  round 1   GpuivfSearchBatch with nq = 1 (search/dispatch.cpp: the GPU worker
  *            or the CPU engine): the nprobe best lists, ADC k-selection of
- *            GpuivfRerankCount(k) candidates (gpuivf.rerank_candidates), exact
- *            re-rank, the k best.  k is the rows the query needs when the
- *            planner integration knows it (limit_hint: LIMIT + OFFSET, raised
- *            for a filter above the scan, planner/knn_node.cpp), else R.  A batched kNN join may have
+ *            GpuivfRerankCount(depth, k) candidates (the re-rank depth,
+ *            search/probes.cpp), exact re-rank, the k best.  k is the rows
+ *            the query needs when the planner integration knows it
+ *            (limit_hint: LIMIT + OFFSET, raised for a filter above the
+ *            scan, planner/knn_node.cpp), else the depth.  A batched kNN join may have
  *            computed it ahead of time (GpuivfTakeRoundOne).
  *  revisit   when the executor wants more: all entries of the round-1 lists
  *            in ADC order, minus those already returned, in chunks, each
@@ -147,7 +148,7 @@ GpuivfStartScan(IndexScanDesc scan)
 {
     Relation    index = scan->indexRelation;
     GpuivfScanOpaque so = (GpuivfScanOpaque) scan->opaque;
-    int         source;
+    GpuivfProbeChoice choice;
 
     GpuivfCheckDevice();
     GpuivfReadMeta(index, &so->meta);     /* checks the format too */
@@ -163,7 +164,8 @@ GpuivfStartScan(IndexScanDesc scan)
     so->nlist = GpuivfMetaIsTrained(&so->meta) ? (int) so->meta.lists : 0;
     GpuivfRowDistanceInit(&so->rd, index, &so->meta, so->query, false);
 
-    source = GpuivfMakeQuery(index, &so->meta, so->limit_hint, so->filter_sel, so->query, &so->q);
+    GpuivfMakeQuery(index, &so->meta, so->limit_hint, so->filter_sel, so->query, &so->q, &choice);
+    so->depth = choice.depth;
     so->stats.target_recall = GpuivfTargetRecall(index, &so->stats.target_source);
     /* the workload ANALYZE calibrates on (calibration/recorded.cpp) */
     GpuivfRecordQuery(index, &so->meta, so->query, so->query_dims);
@@ -171,7 +173,9 @@ GpuivfStartScan(IndexScanDesc scan)
     so->stats.scans++;
     so->stats.k_sum += so->q.k;
     so->stats.probes_sum += so->exact ? so->nlist : so->q.nprobe;
-    so->stats.probe_source = source;
+    so->stats.probe_source = choice.source;
+    so->stats.depth = so->rerank ? choice.depth : 0;
+    so->stats.depth_source = choice.depth_source;
     so->stats.lists_max = Max(so->stats.lists_max, (int64) (so->exact ? so->nlist : so->q.nprobe));
     if (so->exact)
         so->stats.exact++;

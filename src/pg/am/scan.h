@@ -54,6 +54,7 @@ typedef struct GpuivfScanOpaqueData
     GpuivfRowDistance rd_exact; /* an exact scan's (search/rows.cpp) */
     int         nlist;
     GpuivfQuery q;              /* round 1 */
+    int         depth;          /* its re-rank depth (GpuivfChooseProbes) */
     bool        exact;          /* round 1 was exact */
     int         rerank_k;       /* candidates per later chunk */
     float4     *query_prepared; /* the vector that is ADC-scored */

@@ -94,7 +94,7 @@ GpuivfPrepareDeepen(Relation index, GpuivfScanOpaque so)
     int         nprobe = Min(Max(so->q.nprobe, 1), so->nlist);
     float      *probe_scores;
 
-    so->rerank_k = Max(Max(so->q.rerank, so->q.k), Max(gpuivf_rerank_candidates, 1));
+    so->rerank_k = Max(Max(so->q.rerank, so->q.k), Max(so->depth, 1));
     so->query_prepared = (float4 *) palloc(sizeof(float4) * so->meta.dims);
     gpuivf::prepare_vector(so->metric, so->query, so->query_prepared, so->meta.dims);
     so->visited = (bool *) palloc0(sizeof(bool) * so->nlist);

@@ -33,6 +33,7 @@ gpuivf_worker_search(PG_FUNCTION_ARGS)
     Relation    index;
     GpuivfMetaPageData meta;
     GpuivfQuery query;
+    GpuivfProbeChoice probes;
     GpuivfHit  *hits = NULL;
     int         nhits = 0;
     int         dims;
@@ -60,17 +61,14 @@ gpuivf_worker_search(PG_FUNCTION_ARGS)
     GpuivfReadMeta(index, &meta);
     /* real[] whatever the column's type: vector and halfvec cast to it */
     query.vector = GpuivfDatumGetVector(GPUIVF_TYPE_REAL_ARRAY, PG_GETARG_DATUM(1), &dims);
+    /* what a scan of this index would probe (unless nprobe is given) and
+     * how deep it would re-rank */
+    GpuivfChooseProbes(index, &meta, k, 1.0, false, &probes);
     if (nprobe <= 0)
-    {
-        /* what a scan of this index would probe */
-        GpuivfProbeChoice probes;
-
-        GpuivfChooseProbes(index, &meta, k, 1.0, false, &probes);
         nprobe = probes.nprobe;
-    }
     query.k = k;
     query.nprobe = nprobe;
-    query.rerank = (meta.flags & GPUIVF_META_RERANK) ? GpuivfRerankCount(k) : 0;
+    query.rerank = (meta.flags & GPUIVF_META_RERANK) ? GpuivfRerankCount(probes.depth, k) : 0;
 
     /* what the worker never takes, said precisely */
     if (!GpuivfWorkerCanRead(index) || !GpuivfMetaIsTrained(&meta) ||

@@ -69,6 +69,29 @@ GpuivfCalibSourceName(int source)
     return "none";
 }
 
+/*
+ * The re-rank depth of a stored calibration's curve set d (calibration.h).
+ * A calibration stored before depths were recorded (calib_depth 0) kept
+ * calib_rerank = the most candidates any k kept, GpuivfRerankCount(R, 100)
+ * = min(max(10 R, 100), kMaxK) at its depth R: strictly between 100 and
+ * kMaxK that gives R back; at either bound it was most likely measured at
+ * the default depth (R >= 103 reaches kMaxK), which is what scans assumed
+ * of it then.
+ */
+int
+GpuivfCalibDepthAt(const GpuivfMetaPageData *meta, int d)
+{
+    uint32      kept = meta->calib_rerank;
+
+    if (d > 0 && d <= (int) GPUIVF_CALIB_DEEPER)
+        return (int) meta->calib_deep_depth[d - 1];
+    if (meta->calib_depth > 0)
+        return (int) meta->calib_depth;
+    if (kept > 100 && kept < (uint32) gpuivf::kMaxK)
+        return (int) (kept / 10);
+    return GPUIVF_DEFAULT_RERANK_DEPTH;
+}
+
 /* A sample of query vectors that are not rows of the index (no own row):
  * na of a, then nb of b. */
 static void

@@ -95,6 +95,27 @@ const char *GpuivfCalibSourceName(int source);
 void        GpuivfAppendCalibrationInfo(StringInfo json, Relation index,
                                         const GpuivfMetaPageData *meta);
 
+/*
+ * The re-rank depths of a stored calibration: curve set d (0 .. count - 1,
+ * ascending depth; 0 without a curve) is at depth GpuivfCalibDepthAt(d),
+ * its recall@calib_k[c] points at GpuivfCalibPoints(d, c).  An index
+ * calibrated before depths were recorded has one set, at the depth its
+ * candidate count says (GpuivfCalibDepthAt: calibration.cpp).
+ */
+static inline int
+GpuivfCalibDepthCount(const GpuivfMetaPageData *meta)
+{
+    if (meta->calib_sample == 0 || meta->calib_npoints == 0)
+        return 0;
+    return 1 + (int) Min(meta->calib_deep_count, (uint32) GPUIVF_CALIB_DEEPER);
+}
+int         GpuivfCalibDepthAt(const GpuivfMetaPageData *meta, int d);
+static inline const GpuivfRecallPoint *
+GpuivfCalibPoints(const GpuivfMetaPageData *meta, int d, int c)
+{
+    return d == 0 ? meta->calib_recall[c] : meta->calib_deep_recall[d - 1][c];
+}
+
 /* ---------------------------------------------------------- sample.cpp */
 
 /* The seam for ground truth: exact top-k (entry ids, ascending by score,
@@ -131,6 +152,9 @@ void        GpuivfExactKnnMerge(int nq, int k, int nparts, const float *vals, co
 
 /* The k measured: recall@1, @10, @100 (the truth's k is the last). */
 extern const int GpuivfCalibKs[GPUIVF_CURVE_KS];
+/* Curves one sweep measures per point: every k at every depth (the hits of
+ * a sweep stage have this many slots per point, depth-major). */
+#define GPUIVF_CALIB_CURVES (GPUIVF_CURVE_KS * GPUIVF_CALIB_DEPTHS)
 /* Candidates per query the sweep keeps for any k up to K. */
 int         GpuivfSweepCandidates(const GpuivfMetaPageData *meta, int K);
 /* One process's part of a sweep stage: the queries claim() hands it (-1:

@@ -101,9 +101,12 @@ typedef struct SweepState
     BlockNumber nblocks;        /* of the index as the sweep began */
     bool        rerank;
     int         nq;
-    int         nk;             /* curves measured */
+    int         nk;             /* k measured */
     int         ks[GPUIVF_CURVE_KS];    /* their k, ascending */
-    int         C[GPUIVF_CURVE_KS];     /* candidates a scan of k rows keeps */
+    int         nd;             /* re-rank depths measured (1 without re-rank) */
+    int         depths[GPUIVF_CALIB_DEPTHS];    /* ascending, the first the base */
+    /* candidates a scan of ks[c] rows at depths[d] keeps: C[CURVE(d, c)] */
+    int         C[GPUIVF_CALIB_CURVES];
     int         Cmax;           /* candidates kept per query */
     bool        ordered;        /* some k needs the candidates in ADC order */
     int         K;              /* true neighbours per query: ks[nk - 1] */
@@ -123,9 +126,12 @@ typedef struct SweepState
     float      *snap_vals;      /* Cmax, for a sorted copy */
     uint64     *snap_ids;
     int         npoints;
-    double     *sum;            /* [nk][npoints]: sum of per-query recall */
+    double     *sum;            /* [GPUIVF_CALIB_CURVES][npoints]: sum of per-query recall */
     double     *sumsq;
 } SweepState;
+
+/* The slot of the curve of depth d and k index c (hits, sums, C). */
+#define CURVE(d, c) ((d) * GPUIVF_CURVE_KS + (c))
 
 static int
 CompareTruthRank(const void *a, const void *b)
@@ -181,19 +187,21 @@ TruthRankOf(const SweepState *sw, int q, uint64 id)
     return -1;
 }
 
-/* Add query q's recall@ks[c] at point j: hits[c] of its true neighbours of
- * rank < ks[c] returned (every true neighbour when it has fewer). */
+/* Add query q's recall@ks[c] at depths[d] at point j: hits[CURVE(d, c)]
+ * of its true neighbours of rank < ks[c] returned (every true neighbour
+ * when it has fewer). */
 static void
 AddRecall(SweepState *sw, int q, int j, const int *hits)
 {
-    for (int c = 0; c < sw->nk; c++)
-    {
-        int         want = Min(sw->ks[c], sw->ntruth[q]);
-        double      r = want > 0 ? (double) hits[c] / want : 1.0;
+    for (int d = 0; d < sw->nd; d++)
+        for (int c = 0; c < sw->nk; c++)
+        {
+            int         want = Min(sw->ks[c], sw->ntruth[q]);
+            double      r = want > 0 ? (double) hits[CURVE(d, c)] / want : 1.0;
 
-        sw->sum[c * sw->npoints + j] += r;
-        sw->sumsq[c * sw->npoints + j] += r * r;
-    }
+            sw->sum[CURVE(d, c) * sw->npoints + j] += r;
+            sw->sumsq[CURVE(d, c) * sw->npoints + j] += r * r;
+        }
 }
 
 /* Read one list page: its entries' ids and codes, the own row left out. */
@@ -246,20 +254,21 @@ SweepScanList(SweepState *sw, const gpuivf::IvfPqModel &model, int list, uint64 
 }
 
 /*
- * Query q's hits at a point for every k (into hits[0 .. nk)), from its
- * current candidates c (the best Cmax by ADC).  With re-rank a scan of k
- * rows returns the exact top k of its best C_k candidates, which holds
- * every true neighbour among them (they are the nearest of all rows): hits
- * = true neighbours of rank < k among the best C_k.  Without re-rank it
- * returns the k best by ADC.
+ * Query q's hits at a point for every depth and k (into hits[CURVE(d, c)]),
+ * from its current candidates c (the best Cmax by ADC).  With re-rank a
+ * scan of k rows returns the exact top k of its best C_k candidates, which
+ * holds every true neighbour among them (they are the nearest of all rows):
+ * hits = true neighbours of rank < k among the best C_k, so a deeper depth
+ * costs no exact distance here, only a count.  Without re-rank it returns
+ * the k best by ADC.
  */
 static void
 SweepHits(SweepState *sw, int q, const gpuivf::TopK *c, int *hits)
 {
     const uint64 *ids = c->ids;
 
-    for (int k = 0; k < sw->nk; k++)
-        hits[k] = 0;
+    for (int s = 0; s < GPUIVF_CALIB_CURVES; s++)
+        hits[s] = 0;
     if (sw->ordered)
     {
         memcpy(sw->snap_vals, c->vals, sizeof(float) * c->size);
@@ -273,20 +282,21 @@ SweepHits(SweepState *sw, int q, const gpuivf::TopK *c, int *hits)
 
         if (rank < 0)
             continue;
-        for (int k = 0; k < sw->nk; k++)
-        {
-            int         returned = sw->rerank ? sw->C[k] : sw->ks[k];
+        for (int d = 0; d < sw->nd; d++)
+            for (int k = 0; k < sw->nk; k++)
+            {
+                int         returned = sw->rerank ? sw->C[CURVE(d, k)] : sw->ks[k];
 
-            if (rank < sw->ks[k] && i < returned)
-                hits[k]++;
-        }
+                if (rank < sw->ks[k] && i < returned)
+                    hits[CURVE(d, k)]++;
+            }
     }
 }
 
 /*
  * Continue query q's probe order from position `from` up to points[last],
  * its candidates in *cands, its hits at the points first..last into
- * hits[(j - first) * GPUIVF_CURVE_KS + c].  Returns false when the index
+ * hits[(j - first) * GPUIVF_CALIB_CURVES + CURVE(d, c)].  Returns false when the index
  * was rebuilt meanwhile (its model is gone).
  */
 static bool
@@ -315,7 +325,7 @@ SweepQueryStage(SweepState *sw, int q, gpuivf::TopK *cands, const uint32 *points
             SweepScanList(sw, model, list, self, cands);
         while (next_point <= last && (int) points[next_point] == pos + 1)
         {
-            SweepHits(sw, q, cands, hits + (Size) (next_point - first) * GPUIVF_CURVE_KS);
+            SweepHits(sw, q, cands, hits + (Size) (next_point - first) * GPUIVF_CALIB_CURVES);
             next_point++;
         }
         vacuum_delay_point();
@@ -336,7 +346,7 @@ SweepStage(SweepState *sw, const uint32 *points, int first, int last, int from,
            GpuivfTruthHelpers *helpers)
 {
     int        *hits;
-    Size        stride = (Size) (last - first + 1) * GPUIVF_CURVE_KS;
+    Size        stride = (Size) (last - first + 1) * GPUIVF_CALIB_CURVES;
 
     if (helpers != NULL && helpers->sweep != NULL &&
         helpers->sweep(helpers, sw->Cmax, points, first, last, from, &hits))
@@ -354,7 +364,7 @@ SweepStage(SweepState *sw, const uint32 *points, int first, int last, int from,
     }
     for (int q = 0; q < sw->nq; q++)
         for (int j = first; j <= last; j++)
-            AddRecall(sw, q, j, hits + (Size) q * stride + (Size) (j - first) * GPUIVF_CURVE_KS);
+            AddRecall(sw, q, j, hits + (Size) q * stride + (Size) (j - first) * GPUIVF_CALIB_CURVES);
     return true;
 }
 
@@ -388,14 +398,18 @@ EntryIdsToHeapIds(Relation index, const GpuivfMetaPageData *meta, const uint64 *
     }
 }
 
+static int  DepthsNeeded(const SweepState *sw, int last);
+
 /*
  * The stage of SweepStage measured through GpuivfSearchBatch instead: per
- * point one batch of all queries per group of k that keep the same
- * candidates (with re-rank: the same C_k; without: all), asking the
- * group's largest k.  A scan of k rows returns the first k of those rows
- * (the exact top k of the same candidates, or the k best by ADC).  A query
- * that is a row of the index asks one more row (and candidate), so that its
- * own row can be dropped.
+ * point one batch of all queries per candidate count that some curve's
+ * scan keeps (with re-rank: the distinct C of every depth and k that still
+ * counts, DepthsNeeded: once a depth covers, the deeper ones cost no batch
+ * more; without re-rank: one), asking the largest k of the curves of that
+ * count.  A scan of k
+ * rows returns the first k of those rows (the exact top k of the same
+ * candidates, or the k best by ADC).  A query that is a row of the index
+ * asks one more row (and candidate), so that its own row can be dropped.
  */
 static bool
 SearchStage(SweepState *sw, const uint32 *points, int first, int last)
@@ -404,21 +418,32 @@ SearchStage(SweepState *sw, const uint32 *points, int first, int last)
     GpuivfQuery *queries = (GpuivfQuery *) palloc(sizeof(GpuivfQuery) * sw->nq);
     GpuivfHit **hits = (GpuivfHit **) palloc(sizeof(GpuivfHit *) * sw->nq);
     int        *nhits = (int *) palloc(sizeof(int) * sw->nq);
-    int        *found = (int *) palloc(sizeof(int) * (Size) sw->nq * GPUIVF_CURVE_KS);
+    int        *found = (int *) palloc(sizeof(int) * (Size) sw->nq * GPUIVF_CALIB_CURVES);
 
     for (int j = first; j <= last; j++)
     {
+        bool        done[GPUIVF_CALIB_CURVES] = {false};
+        int         nd = j > 0 ? DepthsNeeded(sw, j - 1) : sw->nd;
+
         if (GpuivfGetIndexState(sw->index)->meta.train_id != sw->meta.train_id)
             return false;
-        memset(found, 0, sizeof(int) * (Size) sw->nq * GPUIVF_CURVE_KS);
-        for (int g = 0, e; g < sw->nk; g = e + 1)
+        memset(found, 0, sizeof(int) * (Size) sw->nq * GPUIVF_CALIB_CURVES);
+        for (int g = 0; g < nd * GPUIVF_CURVE_KS; g++)
         {
             GpuivfSearchStats stats;
-            int         kask;
+            bool        group[GPUIVF_CALIB_CURVES] = {false};
+            int         kask = 0;
 
-            for (e = g; e + 1 < sw->nk && (!sw->rerank || sw->C[e + 1] == sw->C[g]); e++)
-                ;
-            kask = sw->ks[e];
+            if (g % GPUIVF_CURVE_KS >= sw->nk || done[g])
+                continue;
+            /* the curves that keep as many candidates as curve g */
+            for (int s = g; s < nd * GPUIVF_CURVE_KS; s++)
+                if (s % GPUIVF_CURVE_KS < sw->nk && !done[s] &&
+                    (!sw->rerank || sw->C[s] == sw->C[g]))
+                {
+                    group[s] = done[s] = true;
+                    kask = Max(kask, sw->ks[s % GPUIVF_CURVE_KS]);
+                }
             for (int q = 0; q < sw->nq; q++)
             {
                 int         self = sw->self_ids[q] != PG_UINT64_MAX ? 1 : 0;
@@ -442,9 +467,13 @@ SearchStage(SweepState *sw, const uint32 *points, int first, int last)
                     if (id == sw->self_heap_ids[q])
                         continue;
                     rank = TruthRankOf(sw, q, id);
-                    for (int c = g; c <= e && rank >= 0; c++)
-                        if (rank < sw->ks[c] && taken < sw->ks[c])
-                            found[q * GPUIVF_CURVE_KS + c]++;
+                    for (int s = g; s < nd * GPUIVF_CURVE_KS && rank >= 0; s++)
+                    {
+                        int         k = sw->ks[s % GPUIVF_CURVE_KS];
+
+                        if (group[s] && rank < k && taken < k)
+                            found[q * GPUIVF_CALIB_CURVES + s]++;
+                    }
                     taken++;
                 }
                 pfree(hits[q]);
@@ -452,7 +481,7 @@ SearchStage(SweepState *sw, const uint32 *points, int first, int last)
             CHECK_FOR_INTERRUPTS();
         }
         for (int q = 0; q < sw->nq; q++)
-            AddRecall(sw, q, j, found + q * GPUIVF_CURVE_KS);
+            AddRecall(sw, q, j, found + q * GPUIVF_CALIB_CURVES);
     }
     pfree(queries);
     pfree(hits);
@@ -488,14 +517,14 @@ GpuivfCalibrationSearchesOnGpu(Relation index, const GpuivfMetaPageData *meta)
     return gpuivf_analyze_sample > 0 && CalibrateViaSearch(index, meta);
 }
 
-/* Mean recall@ks[c] measured at point j. */
+/* Mean recall of curve c (CURVE(d, k)) measured at point j. */
 static double
 SweepMean(const SweepState *sw, int c, int j)
 {
     return sw->sum[c * sw->npoints + j] / sw->nq;
 }
 
-/* Standard error of the mean recall@ks[c] at point j, over the queries. */
+/* Standard error of curve c's mean recall at point j, over the queries. */
 static double
 SweepStdErr(const SweepState *sw, int c, int j)
 {
@@ -543,24 +572,111 @@ CurveDone(const SweepState *sw, int c, int prev, int last)
     return false;
 }
 
-/* Is every curve at recall 1 at point j? */
+/* Is every curve that counts at point j (DepthsNeeded) at recall 1? */
 static bool
 AllPerfect(const SweepState *sw, int j)
 {
-    for (int c = 0; c < sw->nk; c++)
-        if (SweepMean(sw, c, j) < 1.0)
-            return false;
+    for (int d = 0; d < DepthsNeeded(sw, j); d++)
+        for (int c = 0; c < sw->nk; c++)
+            if (SweepMean(sw, CURVE(d, c), j) < 1.0)
+                return false;
     return true;
 }
 
-/* Is every curve done at point last (CurveDone)? */
+/*
+ * Does depth d need no deeper one, at points 0 .. last: does its recall@10
+ * (the calibration's k) reach GPUIVF_CALIB_DEPTH_ENOUGH and meet the
+ * index's recall target, at some point, as a scan judges a point?  Then
+ * deeper depths could only save a few probes (at 1M x 128 rows, 32
+ * sub-quantizers, 200 candidates reach 0.995), and measuring them would
+ * prolong the sweep where the depth flattens near 1; below it (1M x 768 with
+ * pq_m 96 flattened at 0.962, 5M x 768 at 0.911 whatever the target) they
+ * are what lifts the cap.
+ */
+#define GPUIVF_CALIB_DEPTH_ENOUGH 0.99
+
+static bool
+DepthCovers(const SweepState *sw, int d, int last)
+{
+    double      target = GpuivfTargetRecall(sw->index, NULL);
+    int         c = sw->nk - 1;
+
+    for (int i = 0; i < sw->nk; i++)
+        if (sw->ks[i] == GPUIVF_CALIBRATION_K)
+            c = i;
+    for (int j = 0; j <= last; j++)
+        if (SweepMean(sw, CURVE(d, c), j) >= GPUIVF_CALIB_DEPTH_ENOUGH &&
+            GpuivfCurvePointMeets(SweepMean(sw, CURVE(d, c), j),
+                                  SweepStdErr(sw, CURVE(d, c), j), target))
+            return true;
+    return false;
+}
+
+/*
+ * The depths that count at points 0 .. last: the base, then each deeper
+ * one while the one before it does not cover (DepthCovers).  A deeper
+ * depth keeps a superset of the candidates, so its curve is never below
+ * the shallower's; once a depth covers, the deeper ones are neither waited
+ * for nor stored.
+ */
+static int
+DepthsNeeded(const SweepState *sw, int last)
+{
+    int         n = 1;
+
+    while (n < sw->nd && !DepthCovers(sw, n - 1, last))
+        n++;
+    return n;
+}
+
+/*
+ * Is every curve that counts done at point last (CurveDone)?  When the
+ * base depth covers (DepthCovers) the deeper curves are not waited for:
+ * the sweep ends where it did before depths were measured.  Only when the
+ * base depth's curve flattens below it does the sweep go on, for the
+ * deeper ones.
+ */
 static bool
 SweepDone(const SweepState *sw, int prev, int last)
 {
-    for (int c = 0; c < sw->nk; c++)
-        if (!CurveDone(sw, c, prev, last))
-            return false;
+    int         nd = DepthsNeeded(sw, last);
+
+    for (int d = 0; d < nd; d++)
+        for (int c = 0; c < sw->nk; c++)
+            if (!CurveDone(sw, CURVE(d, c), prev, last))
+                return false;
     return true;
+}
+
+/*
+ * The re-rank depths a calibration of an index of meta's shape measures
+ * (into depths, ascending; returns how many): the base, gpuivf.rerank_
+ * candidates when set, else GPUIVF_DEFAULT_RERANK_DEPTH, then twice and
+ * four times it up to the engines' kMaxK, without repeats.  At high
+ * dimensions with few PQ sub-quantizers the PQ order of the candidates is
+ * poor: the true neighbours lie deeper in it than the base depth re-ranks,
+ * and no nprobe lifts recall past that cap (1M x 768 with pq_m 96: 0.962 at
+ * 200 candidates).  Without re-rank one depth (it keeps k candidates).
+ * Parallel workers read the leader's setting, so they measure the same.
+ */
+static int
+CalibDepths(const GpuivfMetaPageData *meta, int *depths)
+{
+    int         base = gpuivf_rerank_candidates > 0 ? gpuivf_rerank_candidates
+        : GPUIVF_DEFAULT_RERANK_DEPTH;
+    int         n = 0;
+
+    depths[n++] = Min(base, gpuivf::kMaxK);
+    if ((meta->flags & GPUIVF_META_RERANK) == 0)
+        return n;
+    for (int i = 1; i < GPUIVF_CALIB_DEPTHS; i++)
+    {
+        int         d = (int) Min((int64) base << i, (int64) gpuivf::kMaxK);
+
+        if (d > depths[n - 1])
+            depths[n++] = d;
+    }
+    return n;
 }
 
 /* Everything but the truth, the candidates and the sums, for nq queries
@@ -581,14 +697,21 @@ SweepInit(SweepState *sw, Relation index, const GpuivfMetaPageData *meta, int nq
     sw->nq = nq;
     sw->nk = nk;
     sw->npoints = npoints;
+    sw->nd = CalibDepths(meta, sw->depths);
     for (int c = 0; c < nk; c++)
-    {
         sw->ks[c] = ks[c];
-        /* what a scan of k rows keeps (search/round_one.cpp) */
-        sw->C[c] = GpuivfRerankCount(ks[c]);
-        sw->Cmax = Max(sw->Cmax, sw->rerank ? sw->C[c] : ks[c]);
-    }
-    sw->ordered = !sw->rerank || sw->C[0] < sw->Cmax;
+    sw->ordered = !sw->rerank;
+    for (int d = 0; d < sw->nd; d++)
+        for (int c = 0; c < nk; c++)
+        {
+            /* what a scan of k rows keeps at that depth (search/round_one.cpp) */
+            sw->C[CURVE(d, c)] = GpuivfRerankCount(sw->depths[d], ks[c]);
+            sw->Cmax = Max(sw->Cmax, sw->rerank ? sw->C[CURVE(d, c)] : ks[c]);
+        }
+    for (int d = 0; d < sw->nd; d++)
+        for (int c = 0; c < nk; c++)
+            if (sw->C[CURVE(d, c)] < sw->Cmax)
+                sw->ordered = true;
     sw->K = ks[nk - 1];
     sw->queries = queries;
     sw->self_ids = self_ids;
@@ -608,10 +731,13 @@ int
 GpuivfSweepCandidates(const GpuivfMetaPageData *meta, int K)
 {
     int         cmax = K;
+    int         depths[GPUIVF_CALIB_DEPTHS];
+    int         nd = CalibDepths(meta, depths);
 
     if ((meta->flags & GPUIVF_META_RERANK) != 0)
-        for (int k = 1; k <= K; k++)
-            cmax = Max(cmax, GpuivfRerankCount(k));
+        for (int d = 0; d < nd; d++)
+            for (int k = 1; k <= K; k++)
+                cmax = Max(cmax, GpuivfRerankCount(depths[d], k));
     return cmax;
 }
 
@@ -619,7 +745,7 @@ GpuivfSweepCandidates(const GpuivfMetaPageData *meta, int K)
  * One process's part of a sweep stage (calibration.h): the queries claim()
  * hands it, each continued from its candidates (cand_vals/cand_ids: cmax
  * per query, cand_sizes: how many) and its hits at points first..last
- * written at hits[q * (last - first + 1) * GPUIVF_CURVE_KS ...].  False when
+ * written at hits[q * (last - first + 1) * GPUIVF_CALIB_CURVES ...].  False when
  * the index was rebuilt meanwhile.
  */
 bool
@@ -630,7 +756,7 @@ GpuivfSweepPart(Relation index, const GpuivfMetaPageData *meta, int nq, const fl
                 int64 (*claim) (void *claim_arg), void *claim_arg)
 {
     SweepState  sw;
-    Size        stride = (Size) (last - first + 1) * GPUIVF_CURVE_KS;
+    Size        stride = (Size) (last - first + 1) * GPUIVF_CALIB_CURVES;
     int64       q;
     bool        ok = true;
 
@@ -690,8 +816,8 @@ MeasureCurves(Relation index, const GpuivfMetaPageData *meta, const CalibSample 
     for (int q = 0; q < sw.nq; q++)
         gpuivf::topk_init(&sw.cands[q], cand_vals + (Size) q * sw.Cmax,
                           cand_ids + (Size) q * sw.Cmax, sw.Cmax);
-    sw.sum = (double *) palloc0(sizeof(double) * npoints * nk);
-    sw.sumsq = (double *) palloc0(sizeof(double) * npoints * nk);
+    sw.sum = (double *) palloc0(sizeof(double) * npoints * GPUIVF_CALIB_CURVES);
+    sw.sumsq = (double *) palloc0(sizeof(double) * npoints * GPUIVF_CALIB_CURVES);
 
     /*
      * With re-rank, nprobe = lists is the exact scan (recall 1 by
@@ -706,7 +832,7 @@ MeasureCurves(Relation index, const GpuivfMetaPageData *meta, const CalibSample 
 
         if (exact_point)
         {
-            for (int c = 0; c < nk; c++)
+            for (int c = 0; c < GPUIVF_CALIB_CURVES; c++)
             {
                 sw.sum[c * npoints + measured] = sw.nq;
                 sw.sumsq[c * npoints + measured] = sw.nq;
@@ -739,14 +865,22 @@ MeasureCurves(Relation index, const GpuivfMetaPageData *meta, const CalibSample 
     calib->calib_npoints = (uint16) measured;
     for (int c = 0; c < GPUIVF_CURVE_KS; c++)
         calib->calib_k[c] = c < nk ? (uint16) ks[c] : 0;
+    calib->calib_depth = (uint32) sw.depths[0];
+    calib->calib_deep_count = (uint32) DepthsNeeded(&sw, measured - 1) - 1;
+    for (int d = 1; d <= (int) calib->calib_deep_count; d++)
+        calib->calib_deep_depth[d - 1] = (uint32) sw.depths[d];
     for (int j = 0; j < measured; j++)
     {
         calib->calib_nprobe[j] = points[j];
-        for (int c = 0; c < nk; c++)
-        {
-            calib->calib_recall[c][j].recall = (float4) SweepMean(&sw, c, j);
-            calib->calib_recall[c][j].recall_se = (float4) SweepStdErr(&sw, c, j);
-        }
+        for (int d = 0; d <= (int) calib->calib_deep_count; d++)
+            for (int c = 0; c < nk; c++)
+            {
+                GpuivfRecallPoint *p = d == 0 ? &calib->calib_recall[c][j]
+                    : &calib->calib_deep_recall[d - 1][c][j];
+
+                p->recall = (float4) SweepMean(&sw, CURVE(d, c), j);
+                p->recall_se = (float4) SweepStdErr(&sw, CURVE(d, c), j);
+            }
     }
     calib->calib_rerank = sw.rerank ? (uint32) sw.Cmax : 0;
     return true;

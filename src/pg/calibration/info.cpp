@@ -7,16 +7,33 @@
 #include "gpuivf.h"
 #include "calibration/calibration.h"
 
-/* One curve as [{"nprobe", "recall", "se"}, ...]. */
+/* One curve (of depth set d, k index c) as [{"nprobe", "recall", "se"}, ...]. */
 static void
-AppendCurve(StringInfo json, const GpuivfMetaPageData *meta, int c)
+AppendCurve(StringInfo json, const GpuivfMetaPageData *meta, int d, int c)
 {
+    const GpuivfRecallPoint *points = GpuivfCalibPoints(meta, d, c);
+
     appendStringInfoChar(json, '[');
     for (int j = 0; j < Min((int) meta->calib_npoints, GPUIVF_CURVE_POINTS); j++)
         appendStringInfo(json, "%s{\"nprobe\": %u, \"recall\": %.4f, \"se\": %.4f}",
                          j > 0 ? ", " : "", meta->calib_nprobe[j],
-                         (double) meta->calib_recall[c][j].recall,
-                         (double) meta->calib_recall[c][j].recall_se);
+                         (double) points[j].recall, (double) points[j].recall_se);
+    appendStringInfoChar(json, ']');
+}
+
+/* The curves of depth set d as [{"k", "curve"}, ...]. */
+static void
+AppendCurves(StringInfo json, const GpuivfMetaPageData *meta, int d)
+{
+    appendStringInfoChar(json, '[');
+    for (int c = 0, n = 0; c < GPUIVF_CURVE_KS; c++)
+    {
+        if (meta->calib_k[c] == 0)
+            continue;
+        appendStringInfo(json, "%s{\"k\": %u, \"curve\": ", n++ > 0 ? ", " : "", meta->calib_k[c]);
+        AppendCurve(json, meta, d, c);
+        appendStringInfoChar(json, '}');
+    }
     appendStringInfoChar(json, ']');
 }
 
@@ -33,8 +50,12 @@ AppendNumber(StringInfo json, double v)
 /*
  * "calibration": null, or {"source": "rows" | "workload" | "given",
  * "sample" (queries measured), "stored_queries", "vectors" (rows then),
- * "measured_at", "rerank_candidates", "nearest_centre_distance" {"mean",
- * "sd"}, "k": 10 and "curve" (recall@10), "curves": [{"k", "curve"}, ...]};
+ * "measured_at", "rerank_candidates" (the re-rank depth of these curves;
+ * 0: no re-rank),
+ * "nearest_centre_distance" {"mean", "sd"}, "k": 10 and "curve"
+ * (recall@10), "curves": [{"k", "curve"}, ...], "depths" (every re-rank
+ * depth measured, ascending; none without re-rank) and "deeper_curves": [{"rerank_candidates",
+ * "curves"}, ...] (the depths after the first)};
  * then "recorded_queries": {"recording" (this server records: preloaded,
  * gpuivf.query_sample > 0, not a standby), "capacity",
  * "seen" (queries since the last calibration on them), "held",
@@ -59,7 +80,8 @@ GpuivfAppendCalibrationInfo(StringInfo json, Relation index, const GpuivfMetaPag
                          "\"nearest_centre_distance\": {\"mean\": ",
                          GpuivfCalibSourceName(meta->calib_source), meta->calib_sample,
                          meta->calib_query_count, meta->calib_vectors,
-                         timestamptz_to_str(meta->calib_time), meta->calib_rerank);
+                         timestamptz_to_str(meta->calib_time),
+                         meta->calib_rerank == 0 ? 0 : GpuivfCalibDepthAt(meta, 0));
         AppendNumber(json, meta->calib_nn_mean);
         appendStringInfoString(json, ", \"sd\": ");
         AppendNumber(json, meta->calib_nn_sd);
@@ -67,16 +89,20 @@ GpuivfAppendCalibrationInfo(StringInfo json, Relation index, const GpuivfMetaPag
         if (k10 >= 0)
         {
             appendStringInfo(json, "\"k\": %d, \"curve\": ", GPUIVF_CALIBRATION_K);
-            AppendCurve(json, meta, k10);
+            AppendCurve(json, meta, 0, k10);
             appendStringInfoString(json, ", ");
         }
-        appendStringInfoString(json, "\"curves\": [");
-        for (int c = 0, n = 0; c < GPUIVF_CURVE_KS; c++)
+        appendStringInfoString(json, "\"curves\": ");
+        AppendCurves(json, meta, 0);
+        appendStringInfoString(json, ", \"depths\": [");
+        for (int d = 0; d < GpuivfCalibDepthCount(meta) && meta->calib_rerank > 0; d++)
+            appendStringInfo(json, "%s%d", d > 0 ? ", " : "", GpuivfCalibDepthAt(meta, d));
+        appendStringInfoString(json, "], \"deeper_curves\": [");
+        for (int d = 1; d < GpuivfCalibDepthCount(meta); d++)
         {
-            if (meta->calib_k[c] == 0)
-                continue;
-            appendStringInfo(json, "%s{\"k\": %u, \"curve\": ", n++ > 0 ? ", " : "", meta->calib_k[c]);
-            AppendCurve(json, meta, c);
+            appendStringInfo(json, "%s{\"rerank_candidates\": %d, \"curves\": ", d > 1 ? ", " : "",
+                             GpuivfCalibDepthAt(meta, d));
+            AppendCurves(json, meta, d);
             appendStringInfoChar(json, '}');
         }
         appendStringInfoString(json, "]}, ");

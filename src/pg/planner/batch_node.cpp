@@ -301,7 +301,7 @@ LoadChunk(BatchState *bs)
 
                 if (bi->dims <= 0 || n != bi->dims)
                     continue;   /* that scan raises its error, or finds nothing */
-                GpuivfMakeQuery(bi->index, &metas[j], hint, bi->filter_ppm / 1e6, vector, q);
+                GpuivfMakeQuery(bi->index, &metas[j], hint, bi->filter_ppm / 1e6, vector, q, NULL);
                 /* a limit of 0 runs no scan; an exact scan without a limit
                  * sorts everything itself */
                 if ((has && count <= 0) || (hint <= 0 && GpuivfQueryIsExact(&metas[j], q)))

@@ -252,6 +252,11 @@ KnnExplain(CustomScanState *node, List *ancestors, ExplainState *es)
             ExplainTarget(st->target_recall, st->target_source, es);
     }
     ExplainPropertyFloat("Rows Asked", NULL, (double) st->k_sum / st->scans, 0, es);
+    if (st->depth > 0)
+    {
+        ExplainPropertyInteger("Re-rank Depth", NULL, st->depth, es);
+        ExplainPropertyText("Re-rank Depth From", GpuivfDepthSourceName(st->depth_source, false), es);
+    }
     ExplainPropertyFloat("Re-ranked", NULL, (double) st->reranked / st->scans, 0, es);
     ExplainPropertyText("Device", DeviceName(st->on_gpu, st->scans), es);
     ExplainPropertyFloat("Batch Size", NULL, (double) st->batch_sum / st->scans, 0, es);

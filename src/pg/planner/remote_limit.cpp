@@ -18,7 +18,7 @@
  *  - asynchronous execution (async_capable) exists for Append only; Merge
  *    Append starts its children one at a time.
  * Without the LIMIT a shard's kNN scan does not know k: round 1 asks for
- * gpuivf.rerank_candidates rows, and postgres_fdw fetches them in batches of
+ * as many rows as its re-rank depth, and postgres_fdw fetches them in batches of
  * fetch_size (100) rows through a cursor.
  *
  * So after planning (GpuivfPushLimitToShards, called by the rewrite for

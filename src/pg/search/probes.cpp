@@ -1,15 +1,18 @@
 /*
- * search/probes.cpp — how many lists a query probes, decided here and only
- * here (GpuivfChooseProbes): gpuivf.probes when set, else the smallest point
- * of the recall curve for the query's LIMIT that ANALYZE measured
- * (calibration/curve.cpp) that meets
+ * search/probes.cpp — how many lists a query probes and how deep it
+ * re-ranks, decided here and only here (GpuivfChooseProbes): gpuivf.probes
+ * and gpuivf.rerank_candidates when set, else the cheapest (depth, nprobe)
+ * of the recall curves for the query's LIMIT that ANALYZE measured
+ * (calibration/curve.cpp: one set of curves per re-rank depth) that meets
  * the index's recall target (its target_recall option, else
- * gpuivf.target_recall), else the automatic ceil(sqrt(lists)); the last two
- * raised for a filter above the scan.  Scans, the batched kNN join, the
- * planner's costs, EXPLAIN (through the scan's statistics),
- * gpuivf_index_info and gpuivf_worker_search all ask this function.
+ * gpuivf.target_recall), else the automatic ceil(sqrt(lists)) at the
+ * default depth; the probes raised for a filter above the scan.  Scans, the
+ * batched kNN join, the planner's costs, EXPLAIN (through the scan's
+ * statistics), gpuivf_index_info and gpuivf_worker_search all ask this
+ * function.
  */
 #include "gpuivf.h"
+#include "calibration/calibration.h"
 #include "search/search.h"
 
 #include <cmath>
@@ -57,19 +60,19 @@ CurvesFor(const GpuivfMetaPageData *meta, int k, int *lo, int *hi)
 }
 
 /*
- * Recall@k at point j as a scan of k rows counts on it: the mean and the
- * lower end of its one-sided 95% interval.  For a measured k its own
- * curve; between two measured k the lower of the two curves' values
- * (recall@k at one nprobe falls as k grows, so the value for k lies between
- * them, and the lower is never above it); below the smallest measured k the
- * smallest's, above the largest the largest's.
+ * Recall@k at point j of curve set d (a re-rank depth) as a scan of k rows
+ * counts on it: the mean and the lower end of its one-sided 95% interval.
+ * For a measured k its own curve; between two measured k the lower of the
+ * two curves' values (recall@k at one nprobe falls as k grows, so the value
+ * for k lies between them, and the lower is never above it); below the
+ * smallest measured k the smallest's, above the largest the largest's.
  */
 static void
-PointRecall(const GpuivfMetaPageData *meta, int lo, int hi, int j, double *recall,
+PointRecall(const GpuivfMetaPageData *meta, int d, int lo, int hi, int j, double *recall,
             double *bound)
 {
-    const GpuivfRecallPoint *a = &meta->calib_recall[lo][j];
-    const GpuivfRecallPoint *b = &meta->calib_recall[hi][j];
+    const GpuivfRecallPoint *a = &GpuivfCalibPoints(meta, d, lo)[j];
+    const GpuivfRecallPoint *b = &GpuivfCalibPoints(meta, d, hi)[j];
 
     *recall = Min((double) a->recall, (double) b->recall);
     *bound = Min((double) a->recall - GPUIVF_CURVE_CONFIDENCE_Z * (double) a->recall_se,
@@ -93,59 +96,147 @@ GpuivfCurvePointMeets(double recall, double se, double target)
     return BoundMeets(recall - GPUIVF_CURVE_CONFIDENCE_Z * se, target);
 }
 
-/* The curve's choice for target at k rows (search.h). */
-int
-GpuivfCurveProbes(const GpuivfMetaPageData *meta, int k, double target, bool *reached)
+/*
+ * The cost model of the (depth, nprobe) choice (search.h), in scalar
+ * operations per query: the ADC scan of nprobe lists, each of mean size
+ * vectors / lists, costs pq_m table look-ups per code; the exact re-rank
+ * of GpuivfRerankCount(depth, k) candidates costs dims multiply-adds each.
+ * It leaves out what both choices share (the probe order, the top-k
+ * selections) and what differs by engine (on the GPU a candidate's vector
+ * is a gather from memory, on the CPU a buffer read), which makes the
+ * re-rank look cheaper than it is; but at the dimensions where a deeper
+ * re-rank is measured at all (calibration/curve.cpp) one probe saved is
+ * worth far more: at 5M x 768 with 2,236 lists and pq_m 96 a probe scans
+ * ~2,236 codes (215k look-ups), while 200 more candidates cost 154k
+ * multiply-adds.  So a deeper depth wins when it saves a few probes, and
+ * the default depth when both need about as many.
+ */
+double
+GpuivfSearchCost(const GpuivfMetaPageData *meta, int k, int nprobe, int depth)
 {
-    int         best = -1;
-    double      best_recall = -1;
+    double      list_size = meta->lists > 0 ? (double) meta->vectors / meta->lists : 0;
+    double      scan = (double) nprobe * list_size * Max((int) meta->pq_m, 1);
+    double      rerank = 0;
+
+    if (GpuivfMetaReranks(meta))
+        rerank = (double) GpuivfRerankCount(depth, k > 0 ? k : GPUIVF_CALIBRATION_K) *
+            meta->dims;
+    return scan + rerank;
+}
+
+/* The curve set a scan at an explicit re-rank depth reads: the deepest
+ * measured at or below it (its recall is never above what the scan gets:
+ * deeper keeps a superset of the candidates), else the shallowest. */
+static int
+CurveSetFor(const GpuivfMetaPageData *meta, int depth)
+{
+    int         best = 0;
+
+    for (int d = 1; d < GpuivfCalibDepthCount(meta); d++)
+        if (GpuivfCalibDepthAt(meta, d) <= depth)
+            best = d;
+    return best;
+}
+
+/* The curves' choice for target at k rows (search.h). */
+int
+GpuivfCurveProbes(const GpuivfMetaPageData *meta, int k, double target, int depth,
+                  int *curve_depth, bool *reached)
+{
     int         n = Min((int) meta->calib_npoints, GPUIVF_CURVE_POINTS);
+    int         nd = GpuivfCalibDepthCount(meta);
+    int         first = 0;
     int         lo;
     int         hi;
+    int         met_d = -1;
+    int         met_j = -1;
+    double      met_cost = 0;
+    int         best_d = -1;
+    int         best_j = -1;
+    double      best_recall = -1;
 
     *reached = false;
-    if (!GpuivfMetaIsTrained(meta) || meta->calib_sample == 0 || n == 0)
+    *curve_depth = 0;
+    if (!GpuivfMetaIsTrained(meta) || nd == 0 || n == 0)
         return 0;
     CurvesFor(meta, k > 0 ? k : GPUIVF_CALIBRATION_K, &lo, &hi);
     if (lo < 0)
         return 0;
-    for (int j = 0; j < n; j++)
+    if (depth > 0)
     {
-        double      recall;
-        double      bound;
+        first = CurveSetFor(meta, depth);
+        nd = first + 1;
+    }
+    for (int d = first; d < nd; d++)
+    {
+        for (int j = 0; j < n; j++)
+        {
+            double      recall;
+            double      bound;
 
-        PointRecall(meta, lo, hi, j, &recall, &bound);
-        if (BoundMeets(bound, target))
-        {
-            *reached = true;
-            return (int) Min(Max(meta->calib_nprobe[j], (uint32) 1), meta->lists);
-        }
-        if (recall > best_recall)
-        {
-            best = j;
-            best_recall = recall;
+            PointRecall(meta, d, lo, hi, j, &recall, &bound);
+            if (BoundMeets(bound, target))
+            {
+                /* the first point of a depth meeting it is its cheapest */
+                double      cost = GpuivfSearchCost(meta, k, (int) meta->calib_nprobe[j],
+                                                    GpuivfCalibDepthAt(meta, d));
+
+                if (met_d < 0 || cost < met_cost)
+                {
+                    met_d = d;
+                    met_j = j;
+                    met_cost = cost;
+                }
+                break;
+            }
+            /* the best recall: on a tie the shallower depth, the fewer probes */
+            if (recall > best_recall)
+            {
+                best_d = d;
+                best_j = j;
+                best_recall = recall;
+            }
         }
     }
-    return (int) Min(Max(meta->calib_nprobe[best], (uint32) 1), meta->lists);
+    if (met_d >= 0)
+    {
+        *reached = true;
+        best_d = met_d;
+        best_j = met_j;
+    }
+    *curve_depth = GpuivfCalibDepthAt(meta, best_d);
+    return (int) Min(Max(meta->calib_nprobe[best_j], (uint32) 1), meta->lists);
 }
 
-/* The best recall@k the curves promise: what a target above it gets. */
+/* The best recall@k the curves promise (of the set at or below depth when
+ * depth > 0), and *at_depth the depth that has it: what a target above it
+ * gets. */
 static double
-CurveBestRecall(const GpuivfMetaPageData *meta, int k)
+CurveBestRecall(const GpuivfMetaPageData *meta, int k, int depth, int *at_depth)
 {
     double      best = 0;
+    int         nd = GpuivfCalibDepthCount(meta);
+    int         first = depth > 0 ? CurveSetFor(meta, depth) : 0;
     int         lo;
     int         hi;
 
+    *at_depth = 0;
     CurvesFor(meta, k > 0 ? k : GPUIVF_CALIBRATION_K, &lo, &hi);
-    for (int j = 0; lo >= 0 && j < Min((int) meta->calib_npoints, GPUIVF_CURVE_POINTS); j++)
-    {
-        double      recall;
-        double      bound;
+    if (depth > 0)
+        nd = Min(nd, first + 1);
+    for (int d = first; lo >= 0 && d < nd; d++)
+        for (int j = 0; j < Min((int) meta->calib_npoints, GPUIVF_CURVE_POINTS); j++)
+        {
+            double      recall;
+            double      bound;
 
-        PointRecall(meta, lo, hi, j, &recall, &bound);
-        best = Max(best, recall);
-    }
+            PointRecall(meta, d, lo, hi, j, &recall, &bound);
+            if (recall > best)
+            {
+                best = recall;
+                *at_depth = GpuivfCalibDepthAt(meta, d);
+            }
+        }
     return best;
 }
 
@@ -176,40 +267,76 @@ FirstWarning(const GpuivfMetaPageData *meta)
     return true;
 }
 
-/* The NOTICE a scan gives, once per backend and curve, when the curve
- * cannot reach the target and its best point is used instead. */
+/*
+ * The NOTICE a scan gives, once per backend and calibration, when no curve
+ * reaches the target and the best point is used instead.  The hint says
+ * what will help: without re-rank, re-ranking; with a re-rank depth set,
+ * leaving the depth to the calibration; a calibration that measured one
+ * depth (its target was met, or it is from before depths were measured),
+ * measuring again under this target; else (the deepest re-rank ANALYZE
+ * measured still falls short: the PQ codes order the true neighbours too
+ * far down) finer PQ codes, or a rebuild when the rows drifted since
+ * training.
+ */
 static void
 NoticeTargetNotReached(Relation index, const GpuivfMetaPageData *meta, int k,
                        const GpuivfProbeChoice *choice, int nprobe)
 {
+    int         depth_set = gpuivf_rerank_candidates;
+    int         at_depth;
+    double      best = CurveBestRecall(meta, k, depth_set, &at_depth);
+
     if (!FirstWarning(meta))
         return;
     ereport(NOTICE,
             (errmsg("recall target %.3f of index \"%s\" (%s) is above the best recall ANALYZE measured",
                     choice->target, RelationGetRelationName(index),
                     GpuivfTargetSourceName(choice->target_source)),
-             errdetail("The best measured recall@%d is %.3f at %d of %u lists; scans use that.",
-                       k > 0 ? k : GPUIVF_CALIBRATION_K, CurveBestRecall(meta, k), nprobe,
-                       meta->lists),
-             errhint("Raise gpuivf.rerank_candidates and run ANALYZE, or REINDEX the index if its rows changed much since it was built.")));
+             !GpuivfMetaReranks(meta)
+             ? errdetail("The best measured recall@%d is %.3f at %d of %u lists, without re-ranking; scans use that.",
+                         k > 0 ? k : GPUIVF_CALIBRATION_K, best, nprobe, meta->lists)
+             : errdetail("The best measured recall@%d is %.3f at %d of %u lists, re-ranking %d candidates for up to 10 rows; scans use that.",
+                         k > 0 ? k : GPUIVF_CALIBRATION_K, best, nprobe, meta->lists, at_depth),
+             !GpuivfMetaReranks(meta)
+             ? errhint("Rebuild the index with the option rerank = true, so that candidates are re-ranked with exact distances, or with a larger pq_m.")
+             : depth_set > 0 && depth_set < gpuivf::kMaxK
+             ? errhint("Reset gpuivf.rerank_candidates so that scans use the deeper re-ranks ANALYZE measures, or raise it and run ANALYZE.")
+             : GpuivfCalibDepthCount(meta) == 1 && at_depth < gpuivf::kMaxK
+             ? errhint("Run ANALYZE on the table with this recall target in force: it measures deeper re-ranks when the default depth cannot meet the target.")
+             : errhint("Rebuild the index with a larger pq_m (finer PQ codes rank the true neighbours among fewer candidates), or REINDEX it if its rows changed much since it was built.")));
 }
 
-/* How many lists a query probes (search.h). */
+/* How many lists a query probes, how deep it re-ranks (search.h). */
 void
 GpuivfChooseProbes(Relation index, const GpuivfMetaPageData *meta, int k, double filter_sel,
                    bool notice, GpuivfProbeChoice *choice)
 {
     int         lists = (int) meta->lists;
     int         nprobe;
+    int         curve_depth;
 
     memset(choice, 0, sizeof(*choice));
     choice->target = GpuivfTargetRecall(index, &choice->target_source);
+    /* an explicit gpuivf.rerank_candidates is taken as it is */
+    choice->depth = gpuivf_rerank_candidates > 0 ? gpuivf_rerank_candidates
+        : GPUIVF_DEFAULT_RERANK_DEPTH;
+    choice->depth_source = gpuivf_rerank_candidates > 0 ? GPUIVF_DEPTH_SETTING
+        : GPUIVF_DEPTH_DEFAULT;
     if (!GpuivfMetaIsTrained(meta) || lists == 0)
     {
         choice->source = GPUIVF_PROBES_UNTRAINED;
         return;                 /* nprobe 0: the exact scan */
     }
-    choice->curve_nprobe = GpuivfCurveProbes(meta, k, choice->target, &choice->target_reached);
+    choice->curve_nprobe = GpuivfCurveProbes(meta, k, choice->target, gpuivf_rerank_candidates,
+                                             &curve_depth, &choice->target_reached);
+    /* the depth of the curves' choice (also under gpuivf.probes: the depth
+     * the target needs); one measured depth is the default's */
+    if (choice->curve_nprobe > 0 && gpuivf_rerank_candidates <= 0 && GpuivfMetaReranks(meta))
+    {
+        choice->depth = curve_depth;
+        choice->depth_source = GpuivfCalibDepthCount(meta) > 1 ? GPUIVF_DEPTH_CURVE
+            : GPUIVF_DEPTH_DEFAULT;
+    }
     if (gpuivf_probes > 0)
     {
         /* an explicit gpuivf.probes is taken as it is, filter or not */
@@ -259,5 +386,21 @@ GpuivfProbeSourceName(int source, bool json)
             return "automatic";
         default:
             return json ? "exact" : "untrained index";
+    }
+}
+
+/* The name of a GPUIVF_DEPTH_* source: in EXPLAIN's "Re-rank Depth From",
+ * or (json) as gpuivf_index_info's "rerank_source". */
+const char *
+GpuivfDepthSourceName(int source, bool json)
+{
+    switch (source)
+    {
+        case GPUIVF_DEPTH_SETTING:
+            return json ? "setting" : "gpuivf.rerank_candidates";
+        case GPUIVF_DEPTH_CURVE:
+            return json ? "curve" : "tuned curve";
+        default:
+            return "default";
     }
 }

@@ -12,28 +12,28 @@
 /* ------------------------------------------------------ round-1 query */
 
 /* The round-1 query of a scan that needs `hint` rows (search.h). */
-int
+void
 GpuivfMakeQuery(Relation index, const GpuivfMetaPageData *meta, int64 hint, double filter_sel,
-                const float4 *vector, GpuivfQuery *query)
+                const float4 *vector, GpuivfQuery *query, GpuivfProbeChoice *choice)
 {
-    int         candidates = Max(gpuivf_rerank_candidates, 1);
-    int         k;
     GpuivfProbeChoice probes;
+    int         k;
 
-    k = hint > 0 ? (int) Min(hint, (int64) gpuivf::kMaxK) : Min(candidates, gpuivf::kMaxK);
     /* the recall target is for the rows the query wants, the LIMIT: behind
      * a filter the hint is raised for it, and so are the probes (by
      * 1/sqrt(filter_sel) in GpuivfChooseProbes): read the curve of the
      * LIMIT, not of the raised hint; no LIMIT known: 0, the default curve */
     GpuivfChooseProbes(index, meta, hint > 0 ? GpuivfRowsWanted(hint, filter_sel) : 0, filter_sel,
                        true, &probes);
+    k = hint > 0 ? (int) Min(hint, (int64) gpuivf::kMaxK) : Min(probes.depth, gpuivf::kMaxK);
 
     query->vector = vector;
     query->k = k;
     query->nprobe = probes.nprobe;
-    /* a LIMIT: its count; none: k, the setting's, a chunk at a time */
-    query->rerank = !GpuivfMetaReranks(meta) ? 0 : hint > 0 ? GpuivfRerankCount(k) : k;
-    return probes.source;
+    /* a LIMIT: its count at the depth; none: k, the depth, a chunk at a time */
+    query->rerank = !GpuivfMetaReranks(meta) ? 0 : hint > 0 ? GpuivfRerankCount(probes.depth, k) : k;
+    if (choice != NULL)
+        *choice = probes;
 }
 
 /*

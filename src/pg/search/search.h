@@ -22,6 +22,11 @@
 #define GPUIVF_PROBES_AUTO      2   /* ceil(sqrt(lists)) */
 #define GPUIVF_PROBES_CURVE     3   /* the curve tuned at ANALYZE */
 
+/* where a query's re-rank depth came from (EXPLAIN "Re-rank Depth From") */
+#define GPUIVF_DEPTH_DEFAULT    0   /* GPUIVF_DEFAULT_RERANK_DEPTH, or the one curve's */
+#define GPUIVF_DEPTH_SETTING    1   /* gpuivf.rerank_candidates */
+#define GPUIVF_DEPTH_CURVE      2   /* the cheapest measured depth meeting the target */
+
 typedef struct GpuivfProbeChoice
 {
     int         nprobe;         /* lists to probe: 0 untrained (exact), else 1..lists */
@@ -30,33 +35,48 @@ typedef struct GpuivfProbeChoice
     int         target_source;  /* GPUIVF_TARGET_*: the index option or the setting */
     int         curve_nprobe;   /* the curve's choice for target; 0: no curve */
     bool        target_reached; /* the curve meets target at curve_nprobe */
+    int         depth;          /* re-rank depth: candidates for up to 10 rows
+                                 * (GpuivfRerankCount(depth, k) for k rows) */
+    int         depth_source;   /* GPUIVF_DEPTH_* */
 } GpuivfProbeChoice;
 
 /*
  * How many lists a query of index (meta: its metapage as the caller read
- * it) probes: the one place that decides it.  gpuivf.probes when set (taken as it is); else the
- * curve's choice for the index's recall target (GpuivfTargetRecall: its
- * target_recall option, else gpuivf.target_recall; GpuivfCurveProbes: a target the
- * curve cannot reach gives its best point, and with notice a NOTICE once
- * per backend and curve), else ceil(sqrt(lists)), either raised by
+ * it) probes, and how deep it re-ranks: the one place that decides both.
+ * Probes: gpuivf.probes when set (taken as it is); else the curves' choice
+ * for the index's recall target (GpuivfTargetRecall: its target_recall
+ * option, else gpuivf.target_recall; GpuivfCurveProbes: a target no curve
+ * reaches gives the best point, and with notice a NOTICE once per backend
+ * and calibration), else ceil(sqrt(lists)), either raised by
  * 1/sqrt(filter_sel) for a filter of selectivity filter_sel (1 = none);
- * always within [1, lists] (0 for an untrained index).  k: rows the query
- * wants (0 = unknown: 10); its curve is GpuivfCurveProbes's.
+ * always within [1, lists] (0 for an untrained index).  Depth:
+ * gpuivf.rerank_candidates when set (taken as it is, and the curves read
+ * are those of the deepest measured depth at or below it), else the depth
+ * of the curves' choice, else GPUIVF_DEFAULT_RERANK_DEPTH.  k: rows the
+ * query wants (0 = unknown: 10); its curve is GpuivfCurveProbes's.
  */
 void        GpuivfChooseProbes(Relation index, const GpuivfMetaPageData *meta, int k,
                                double filter_sel, bool notice, GpuivfProbeChoice *choice);
-/* The curve's choice for target at k rows (0 = unknown: 10), without side
- * effects: the smallest measured nprobe meeting it with 95% confidence
- * (recall - 1.645 standard errors >= target; *reached = true), else the
- * point with the best recall (*reached = false); 0 when the metapage has no
- * curve.  Curves are measured at a few k (calib_k: 1, 10, 100); a k between
- * two of them reads the lower of their two values at each point, a k above
- * the largest reads the largest's curve. */
-int         GpuivfCurveProbes(const GpuivfMetaPageData *meta, int k, double target,
-                              bool *reached);
+/* The curves' choice for target at k rows (0 = unknown: 10), without side
+ * effects: among the measured re-rank depths (depth > 0: only the deepest
+ * at or below it, or the shallowest), the (depth, nprobe) of least
+ * GpuivfSearchCost whose point meets target with 95% confidence (recall -
+ * 1.645 standard errors >= target; *reached = true), else the point with
+ * the best recall (*reached = false); returns its nprobe, 0 when the
+ * metapage has no curve, and its depth in *curve_depth.  Curves are
+ * measured at a few k (calib_k: 1, 10, 100); a k between two of them reads
+ * the lower of their two values at each point, a k above the largest reads
+ * the largest's curve. */
+int         GpuivfCurveProbes(const GpuivfMetaPageData *meta, int k, double target, int depth,
+                              int *curve_depth, bool *reached);
+/* The cost model of the choice: what a query of k rows probing nprobe
+ * lists at a re-rank depth costs, in one unit (probes.cpp says why). */
+double      GpuivfSearchCost(const GpuivfMetaPageData *meta, int k, int nprobe, int depth);
 /* The name of a GPUIVF_PROBES_* source in EXPLAIN, or (json) in
  * gpuivf_index_info */
 const char *GpuivfProbeSourceName(int source, bool json);
+/* The same of a GPUIVF_DEPTH_* source */
+const char *GpuivfDepthSourceName(int source, bool json);
 /* Does a curve point (mean recall, standard error) meet target, with 95%
  * confidence?  The one rule of scans and of the calibration's sweep. */
 bool        GpuivfCurvePointMeets(double recall, double se, double target);
@@ -82,11 +102,12 @@ void        GpuivfCheckDevice(void);
 
 /* round_one.cpp: the round-1 query of a scan of index that needs `hint`
  * rows (0 = unknown) of which a fraction filter_sel (1 = no filter) passes
- * the scan's filter: k = hint (or gpuivf.rerank_candidates), nprobe from
- * GpuivfChooseProbes, rerank = GpuivfRerankCount(k) (no LIMIT: the
- * setting's count) when the index stores vectors.  Returns a GPUIVF_PROBES_* source. */
-int         GpuivfMakeQuery(Relation index, const GpuivfMetaPageData *meta, int64 hint, double filter_sel,
-                            const float4 *vector, GpuivfQuery *query);
+ * the scan's filter: nprobe and the re-rank depth from GpuivfChooseProbes
+ * (into *choice, which may be NULL), k = hint (or the depth), rerank =
+ * GpuivfRerankCount(depth, k) (no LIMIT: the depth) when the index re-ranks. */
+void        GpuivfMakeQuery(Relation index, const GpuivfMetaPageData *meta, int64 hint,
+                            double filter_sel, const float4 *vector, GpuivfQuery *query,
+                            GpuivfProbeChoice *choice);
 /* Rows to ask of round 1 when `rows` must pass a filter of selectivity sel
  * (1 = no filter) */
 int64       GpuivfRowsForFilter(double rows, double sel);

@@ -243,7 +243,9 @@ StaticAssertDecl(offsetof(GpuivfMetaPageData, calib_sample) == 84,
                  "calibration fields must follow vector_insert_page");
 StaticAssertDecl(offsetof(GpuivfMetaPageData, calib_nprobe) == 152 &&
                  offsetof(GpuivfMetaPageData, calib_recall) == 408 &&
-                 sizeof(GpuivfMetaPageData) == 1944,
+                 offsetof(GpuivfMetaPageData, calib_depth) == 1944 &&
+                 offsetof(GpuivfMetaPageData, calib_deep_recall) == 1960 &&
+                 sizeof(GpuivfMetaPageData) == 5032,
                  "metapage layout differs from README.md");
 
 /* Format a calibration-query page: stamp calib_id, n floats of data, the
