@@ -222,13 +222,7 @@ class VectorWriter {
                 break;
             }
             case Format::CopyBinary: {
-                put_be16(&buf_, 2);
-                put_be32(&buf_, 8);
-                put_be64(&buf_, (uint64_t)id);
-                if (!x) {
-                    put_be32(&buf_, 0xFFFFFFFFu);
-                    break;
-                }
+                if (!binary_row_start(id, x)) break;
                 put_be32(&buf_, (uint32_t)(20 + 8 * d_)); /* array header + d (len, value) */
                 put_be32(&buf_, 1);                        /* ndim */
                 put_be32(&buf_, 0);                        /* no nulls */
@@ -246,13 +240,7 @@ class VectorWriter {
             case Format::CopyBinaryVector:
             case Format::CopyBinaryHalfvec: {
                 const bool half = fmt_ == Format::CopyBinaryHalfvec;
-                put_be16(&buf_, 2);
-                put_be32(&buf_, 8);
-                put_be64(&buf_, (uint64_t)id);
-                if (!x) {
-                    put_be32(&buf_, 0xFFFFFFFFu);
-                    break;
-                }
+                if (!binary_row_start(id, x)) break;
                 put_be32(&buf_, (uint32_t)(4 + (half ? 2 : 4) * d_)); /* dim, unused, elements */
                 put_be16(&buf_, (uint16_t)d_);
                 put_be16(&buf_, 0);
@@ -289,6 +277,16 @@ class VectorWriter {
     }
     FILE *f_ = nullptr;
     bool owned_ = false;
+    /* A binary COPY row's field count and id, and a NULL vector's field
+     * (false: the row is complete). */
+    bool binary_row_start(int64_t id, const float *x) {
+        put_be16(&buf_, 2);
+        put_be32(&buf_, 8);
+        put_be64(&buf_, (uint64_t)id);
+        if (x) return true;
+        put_be32(&buf_, 0xFFFFFFFFu);
+        return false;
+    }
     bool binary_copy() const {
         return fmt_ == Format::CopyBinary || fmt_ == Format::CopyBinaryVector || fmt_ == Format::CopyBinaryHalfvec;
     }
