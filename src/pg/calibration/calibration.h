@@ -5,7 +5,9 @@
  * it has recorded enough of them, else on a sample of its rows.
  *
  *   calibration.cpp choosing the queries, measuring, storing (GpuivfCalibrate)
- *   curve.cpp      measuring the curves (the sweep)
+ *   curve.cpp      measuring the curves (the sweep; sweep.h its state)
+ *   curve_search.cpp  the sweep's points through GpuivfSearchBatch (the GPU
+ *                  worker)
  *   sample.cpp     the rows of an index, the row sample, the ground truth
  *   recorded.cpp   the queries scans answer, recorded in shared memory;
  *                  noticing when they drift from the calibration's

@@ -23,7 +23,7 @@
  * at lists (with re-rank nprobe = lists is the exact scan: 1).  So its cost
  * follows the nprobe the targets need, not the number of lists.  When the
  * GPU worker is up, each point is measured by GpuivfSearchBatch of all
- * queries instead (SearchStage, one batch per distinct candidate count):
+ * queries instead (SweepSearchStage, one batch per distinct candidate count):
  * the same curves, computed by the engine that answers the queries, up to
  * the engine's nprobe limit (1024; beyond it a search runs on the CPU
  * anyway), then the exact point.  At the end of a parallel build the
@@ -42,6 +42,7 @@
 #include "gpuivf.h"
 #include "calibration/calibration.h"
 #include "calibration/sample.h"
+#include "calibration/sweep.h"
 #include "search/search.h"
 #include "storage/storage.h"
 #include "worker/worker.h"
@@ -86,52 +87,6 @@ SweepPoints(int lists, int reach, bool rerank, uint32 *points)
     return n;
 }
 
-/* A true neighbour of a query: its id and its rank in the exact order. */
-typedef struct TruthRank
-{
-    uint64      id;
-    int         rank;
-} TruthRank;
-
-/* Everything the sweep keeps between stages. */
-typedef struct SweepState
-{
-    Relation    index;
-    GpuivfMetaPageData meta;    /* as calibration began */
-    BlockNumber nblocks;        /* of the index as the sweep began */
-    bool        rerank;
-    int         nq;
-    int         nk;             /* k measured */
-    int         ks[GPUIVF_CURVE_KS];    /* their k, ascending */
-    int         nd;             /* re-rank depths measured (1 without re-rank) */
-    int         depths[GPUIVF_CALIB_DEPTHS];    /* ascending, the first the base */
-    /* candidates a scan of ks[c] rows at depths[d] keeps: C[CURVE(d, c)] */
-    int         C[GPUIVF_CALIB_CURVES];
-    int         Cmax;           /* candidates kept per query */
-    bool        ordered;        /* some k needs the candidates in ADC order */
-    int         K;              /* true neighbours per query: ks[nk - 1] */
-    const float4 *queries;      /* nq * dims, raw */
-    const uint64 *self_ids;     /* each query's own entry, or UINT64_MAX */
-    const uint64 *self_heap_ids;
-    TruthRank  *ranks;          /* per query K (id, rank), sorted by id */
-    int        *ntruth;         /* per query: true neighbours known */
-    gpuivf::TopK *cands;        /* nq selections of Cmax */
-    float      *query_prep;     /* dims */
-    int32      *order;          /* probe order, lists */
-    float      *order_scores;
-    float      *lut;
-    int         page_cap;
-    uint8      *page_codes;
-    uint64     *page_ids;
-    float      *snap_vals;      /* Cmax, for a sorted copy */
-    uint64     *snap_ids;
-    int         npoints;
-    double     *sum;            /* [GPUIVF_CALIB_CURVES][npoints]: sum of per-query recall */
-    double     *sumsq;
-} SweepState;
-
-/* The slot of the curve of depth d and k index c (hits, sums, C). */
-#define CURVE(d, c) ((d) * GPUIVF_CURVE_KS + (c))
 
 static int
 CompareTruthRank(const void *a, const void *b)
@@ -166,8 +121,8 @@ RankTruth(SweepState *sw, const uint64 *truth)
 }
 
 /* Rank of id among query q's true neighbours, or -1. */
-static int
-TruthRankOf(const SweepState *sw, int q, uint64 id)
+int
+SweepTruthRankOf(const SweepState *sw, int q, uint64 id)
 {
     const TruthRank *r = sw->ranks + (Size) q * sw->K;
     int         lo = 0;
@@ -190,8 +145,8 @@ TruthRankOf(const SweepState *sw, int q, uint64 id)
 /* Add query q's recall@ks[c] at depths[d] at point j: hits[CURVE(d, c)]
  * of its true neighbours of rank < ks[c] returned (every true neighbour
  * when it has fewer). */
-static void
-AddRecall(SweepState *sw, int q, int j, const int *hits)
+void
+SweepAddRecall(SweepState *sw, int q, int j, const int *hits)
 {
     for (int d = 0; d < sw->nd; d++)
         for (int c = 0; c < sw->nk; c++)
@@ -278,7 +233,7 @@ SweepHits(SweepState *sw, int q, const gpuivf::TopK *c, int *hits)
     }
     for (int i = 0; i < c->size; i++)
     {
-        int         rank = TruthRankOf(sw, q, ids[i]);
+        int         rank = SweepTruthRankOf(sw, q, ids[i]);
 
         if (rank < 0)
             continue;
@@ -364,157 +319,8 @@ SweepStage(SweepState *sw, const uint32 *points, int first, int last, int from,
     }
     for (int q = 0; q < sw->nq; q++)
         for (int j = first; j <= last; j++)
-            AddRecall(sw, q, j, hits + (Size) q * stride + (Size) (j - first) * GPUIVF_CALIB_CURVES);
+            SweepAddRecall(sw, q, j, hits + (Size) q * stride + (Size) (j - first) * GPUIVF_CALIB_CURVES);
     return true;
-}
-
-/* Heap TIDs of n entry ids (vector TIDs when the index stores vectors);
- * UINT64_MAX for padding or a vector tuple freed meanwhile. */
-static void
-EntryIdsToHeapIds(Relation index, const GpuivfMetaPageData *meta, const uint64 *ids, int64 n,
-                  uint64 *heap_ids)
-{
-    for (int64 i = 0; i < n; i++)
-    {
-        ItemPointerData tid;
-        Buffer      buf;
-        Page        page;
-        OffsetNumber off;
-
-        heap_ids[i] = ids[i];
-        if (ids[i] == PG_UINT64_MAX || !GpuivfMetaStoresVectors(meta))
-            continue;
-        heap_ids[i] = PG_UINT64_MAX;
-        GpuivfIdToTid(ids[i], &tid);
-        buf = ReadBuffer(index, ItemPointerGetBlockNumber(&tid));
-        LockBuffer(buf, BUFFER_LOCK_SHARE);
-        page = BufferGetPage(buf);
-        off = ItemPointerGetOffsetNumber(&tid);
-        if (GpuivfPageIsType(page, GPUIVF_PAGE_VECTOR) && off <= PageGetMaxOffsetNumber(page) &&
-            ItemIdIsNormal(PageGetItemId(page, off)))
-            heap_ids[i] = GpuivfTidToId(&((GpuivfVectorTuple *)
-                                          PageGetItem(page, PageGetItemId(page, off)))->heaptid);
-        UnlockReleaseBuffer(buf);
-    }
-}
-
-static int  DepthsNeeded(const SweepState *sw, int last);
-
-/*
- * The stage of SweepStage measured through GpuivfSearchBatch instead: per
- * point one batch of all queries per candidate count that some curve's
- * scan keeps (with re-rank: the distinct C of every depth and k that still
- * counts, DepthsNeeded: once a depth covers, the deeper ones cost no batch
- * more; without re-rank: one), asking the largest k of the curves of that
- * count.  A scan of k
- * rows returns the first k of those rows (the exact top k of the same
- * candidates, or the k best by ADC).  A query that is a row of the index
- * asks one more row (and candidate), so that its own row can be dropped.
- */
-static bool
-SearchStage(SweepState *sw, const uint32 *points, int first, int last)
-{
-    int         dims = (int) sw->meta.dims;
-    GpuivfQuery *queries = (GpuivfQuery *) palloc(sizeof(GpuivfQuery) * sw->nq);
-    GpuivfHit **hits = (GpuivfHit **) palloc(sizeof(GpuivfHit *) * sw->nq);
-    int        *nhits = (int *) palloc(sizeof(int) * sw->nq);
-    int        *found = (int *) palloc(sizeof(int) * (Size) sw->nq * GPUIVF_CALIB_CURVES);
-
-    for (int j = first; j <= last; j++)
-    {
-        bool        done[GPUIVF_CALIB_CURVES] = {false};
-        int         nd = j > 0 ? DepthsNeeded(sw, j - 1) : sw->nd;
-
-        if (GpuivfGetIndexState(sw->index)->meta.train_id != sw->meta.train_id)
-            return false;
-        memset(found, 0, sizeof(int) * (Size) sw->nq * GPUIVF_CALIB_CURVES);
-        for (int g = 0; g < nd * GPUIVF_CURVE_KS; g++)
-        {
-            GpuivfSearchStats stats;
-            bool        group[GPUIVF_CALIB_CURVES] = {false};
-            int         kask = 0;
-
-            if (g % GPUIVF_CURVE_KS >= sw->nk || done[g])
-                continue;
-            /* the curves that keep as many candidates as curve g */
-            for (int s = g; s < nd * GPUIVF_CURVE_KS; s++)
-                if (s % GPUIVF_CURVE_KS < sw->nk && !done[s] &&
-                    (!sw->rerank || sw->C[s] == sw->C[g]))
-                {
-                    group[s] = done[s] = true;
-                    kask = Max(kask, sw->ks[s % GPUIVF_CURVE_KS]);
-                }
-            for (int q = 0; q < sw->nq; q++)
-            {
-                int         self = sw->self_ids[q] != PG_UINT64_MAX ? 1 : 0;
-
-                queries[q].vector = sw->queries + (Size) q * dims;
-                queries[q].k = Min(kask + self, gpuivf::kMaxK);
-                queries[q].nprobe = (int) points[j];
-                queries[q].rerank = sw->rerank ? Min(sw->C[g] + self, gpuivf::kMaxK) : 0;
-            }
-            /* NULL: the metapage as it is now, not as the calibration began */
-            GpuivfSearchBatch(sw->index, sw->nq, queries, hits, nhits, &stats, NULL);
-            for (int q = 0; q < sw->nq; q++)
-            {
-                int         taken = 0;
-
-                for (int h = 0; h < nhits[q] && taken < kask; h++)
-                {
-                    uint64      id = GpuivfTidToId(&hits[q][h].tid);
-                    int         rank;
-
-                    if (id == sw->self_heap_ids[q])
-                        continue;
-                    rank = TruthRankOf(sw, q, id);
-                    for (int s = g; s < nd * GPUIVF_CURVE_KS && rank >= 0; s++)
-                    {
-                        int         k = sw->ks[s % GPUIVF_CURVE_KS];
-
-                        if (group[s] && rank < k && taken < k)
-                            found[q * GPUIVF_CALIB_CURVES + s]++;
-                    }
-                    taken++;
-                }
-                pfree(hits[q]);
-            }
-            CHECK_FOR_INTERRUPTS();
-        }
-        for (int q = 0; q < sw->nq; q++)
-            AddRecall(sw, q, j, found + q * GPUIVF_CALIB_CURVES);
-    }
-    pfree(queries);
-    pfree(hits);
-    pfree(nhits);
-    pfree(found);
-    return true;
-}
-
-/*
- * Measure through GpuivfSearchBatch when the GPU worker answers it (one
- * batched search per point is cheap there); on the CPU the single-pass
- * sweep costs one ADC pass per query instead of one per point.  Building
- * with -DGPUIVF_CALIBRATE_VIA_SEARCH forces the search path, to check that
- * both measure the same curve.
- */
-static bool
-CalibrateViaSearch(Relation index, const GpuivfMetaPageData *meta)
-{
-#ifdef GPUIVF_CALIBRATE_VIA_SEARCH
-    return true;
-#else
-    /* the points stay within the GPU engine's nprobe limit (SweepPoints):
-     * none falls back */
-    return gpuivf_device != GPUIVF_DEVICE_CPU && GpuivfWorkerAvailable() &&
-        GpuivfWorkerCanRead(index);
-#endif
-}
-
-/* The calibration's searches go to the GPU worker (calibration.h). */
-bool
-GpuivfCalibrationSearchesOnGpu(Relation index, const GpuivfMetaPageData *meta)
-{
-    return gpuivf_analyze_sample > 0 && CalibrateViaSearch(index, meta);
 }
 
 /* Mean recall of curve c (CURVE(d, k)) measured at point j. */
@@ -572,11 +378,11 @@ CurveDone(const SweepState *sw, int c, int prev, int last)
     return false;
 }
 
-/* Is every curve that counts at point j (DepthsNeeded) at recall 1? */
+/* Is every curve that counts at point j (SweepDepthsNeeded) at recall 1? */
 static bool
 AllPerfect(const SweepState *sw, int j)
 {
-    for (int d = 0; d < DepthsNeeded(sw, j); d++)
+    for (int d = 0; d < SweepDepthsNeeded(sw, j); d++)
         for (int c = 0; c < sw->nk; c++)
             if (SweepMean(sw, CURVE(d, c), j) < 1.0)
                 return false;
@@ -619,8 +425,8 @@ DepthCovers(const SweepState *sw, int d, int last)
  * the shallower's; once a depth covers, the deeper ones are neither waited
  * for nor stored.
  */
-static int
-DepthsNeeded(const SweepState *sw, int last)
+int
+SweepDepthsNeeded(const SweepState *sw, int last)
 {
     int         n = 1;
 
@@ -639,7 +445,7 @@ DepthsNeeded(const SweepState *sw, int last)
 static bool
 SweepDone(const SweepState *sw, int prev, int last)
 {
-    int         nd = DepthsNeeded(sw, last);
+    int         nd = SweepDepthsNeeded(sw, last);
 
     for (int d = 0; d < nd; d++)
         for (int c = 0; c < sw->nk; c++)
@@ -787,7 +593,7 @@ MeasureCurves(Relation index, const GpuivfMetaPageData *meta, const CalibSample 
     SweepState  sw;
     uint32      points[GPUIVF_CURVE_POINTS];
     int         lists = (int) meta->lists;
-    bool        via_search = CalibrateViaSearch(index, meta);
+    bool        via_search = SweepViaSearch(index, meta);
     bool        rerank = (meta->flags & GPUIVF_META_RERANK) != 0;
     /* the GPU measures what it can answer: up to its nprobe limit */
     int         npoints = SweepPoints(lists, via_search ? GPUIVF_GPU_MAX_NPROBE : lists, rerank,
@@ -804,7 +610,7 @@ MeasureCurves(Relation index, const GpuivfMetaPageData *meta, const CalibSample 
         /* the search answers heap TIDs: rank the truth by those */
         uint64     *truth_heap = (uint64 *) palloc(sizeof(uint64) * (Size) sw.nq * sw.K);
 
-        EntryIdsToHeapIds(index, meta, truth, (int64) sw.nq * sw.K, truth_heap);
+        SweepEntryHeapIds(index, meta, truth, (int64) sw.nq * sw.K, truth_heap);
         RankTruth(&sw, truth_heap);
         helpers = NULL;
     }
@@ -843,7 +649,7 @@ MeasureCurves(Relation index, const GpuivfMetaPageData *meta, const CalibSample 
         while (last + 1 < npoints && (int) points[last + 1] <= limit &&
                !(sw.rerank && (int) points[last + 1] == lists))
             last++;
-        if (via_search ? !SearchStage(&sw, points, measured, last)
+        if (via_search ? !SweepSearchStage(&sw, points, measured, last)
             : !SweepStage(&sw, points, measured, last, from, helpers))
             return false;
         measured = last + 1;
@@ -866,7 +672,7 @@ MeasureCurves(Relation index, const GpuivfMetaPageData *meta, const CalibSample 
     for (int c = 0; c < GPUIVF_CURVE_KS; c++)
         calib->calib_k[c] = c < nk ? (uint16) ks[c] : 0;
     calib->calib_depth = (uint32) sw.depths[0];
-    calib->calib_deep_count = (uint32) DepthsNeeded(&sw, measured - 1) - 1;
+    calib->calib_deep_count = (uint32) SweepDepthsNeeded(&sw, measured - 1) - 1;
     for (int d = 1; d <= (int) calib->calib_deep_count; d++)
         calib->calib_deep_depth[d - 1] = (uint32) sw.depths[d];
     for (int j = 0; j < measured; j++)
