@@ -48,10 +48,11 @@ typedef struct GpuIndex
                                  * walk read it (list_changes.cpp); NULL when
                                  * those cannot be trusted (the walk began in
                                  * recovery): the next walk walks every list */
-    BlockNumber *list_starts;   /* per list, its directory insert_page when
-                                 * the last walk read the list (allocated with
-                                 * list_changes): the first page a later
-                                 * insert can touch (gpu_sync.cpp, WalkLists) */
+    BlockNumber *list_starts;   /* per list, its first page with room when
+                                 * the last walk read it, else its last page
+                                 * (allocated with list_changes): the first
+                                 * page a later insert can touch (gpu_sync.cpp,
+                                 * WalkLists) */
     uint64      removals_seen;  /* the index's removal count when the last
                                  * walk began (list_changes.cpp), or
                                  * GPUIVF_LIST_UNSETTLED */

@@ -62,17 +62,19 @@ WalkReserve(Walk *wk, int64 more)
  * seen's is skipped: none of its pages changed since that walk read them.
  *
  * starts (with seen, only when nothing but inserts can have changed a list
- * since the last walk began): the list's directory insert_page as that walk
- * read it.  An insert writes its list's insert_page or a page after it in the
- * chain, and moves insert_page only forward; only a change that removes
- * entries (VACUUM) can move it back.  So the pages before it are as the
- * last walk read them, and the walk begins there instead of at the head: a
- * catch-up after a few inserts into a long list reads its last page or two,
- * not the whole chain.  A start that is not a list page of that list in the
- * mirror is not trusted (the head is).  The caller walks again without
- * starts when a removal began during the walk.  new_starts[list] gets each
- * walked list's insert_page, read (with the directory) before its pages.
- * Returns the number of pages the mirror lacked.
+ * since the last walk began): the first page of the list that had room for
+ * an entry when the last walk read it (else its last page).  Inserts only
+ * fill pages, and only a change that removes entries (VACUUM) frees room: so
+ * every page before it was full then and is as that walk (or an earlier one)
+ * read it, and the walk begins there instead of at the head: a catch-up
+ * after a few inserts into a long list reads its last page or two, not the
+ * whole chain.  (Not the directory's insert_page: an insert that read it
+ * before it moved on may still fill room that a VACUUM freed before it.)
+ * A start that is not a list page of that list in the mirror is not trusted
+ * (the head is).  The caller walks again without starts when a removal
+ * began during the walk.  new_starts[list] gets each walked list's first
+ * page with room (else its last page).  Returns the number of pages the
+ * mirror lacked.
  */
 int
 WalkLists(GpuIndex *ix, const GpuivfMetaPageData *meta, bool use_lsn, const uint64 *seen,
@@ -82,6 +84,7 @@ WalkLists(GpuIndex *ix, const GpuivfMetaPageData *meta, bool use_lsn, const uint
     int         new_pages = 0;
     int         code_size = meta->code_size;
     BlockNumber guard = (BlockNumber) (meta->vectors + 2 * meta->lists + 1024);
+    Size        entry_size = GPUIVF_LIST_ENTRY_SIZE(code_size);
 
     dir = (GpuivfListDirEntry *) palloc_extended(sizeof(GpuivfListDirEntry) * meta->lists,
                                                  MCXT_ALLOC_HUGE);
@@ -99,7 +102,7 @@ WalkLists(GpuIndex *ix, const GpuivfMetaPageData *meta, bool use_lsn, const uint
         if (seen != NULL && counts[l] != GPUIVF_LIST_UNSETTLED && counts[l] == seen[l])
             continue;           /* unchanged since the last walk */
         wk->lists_walked++;
-        new_starts[l] = dir[l].insert_page;
+        new_starts[l] = InvalidBlockNumber;
         if (use_lsn && seen != NULL && starts != NULL && BlockNumberIsValid(starts[l]) &&
             starts[l] != blkno)
         {
@@ -130,6 +133,9 @@ WalkLists(GpuIndex *ix, const GpuivfMetaPageData *meta, bool use_lsn, const uint
             }
             lsn = PageGetLSN(page);
             next = GpuivfPageGetOpaque(page)->nextblkno;
+            if (!BlockNumberIsValid(new_starts[l]) &&
+                (GpuivfPageHasRoom(page, entry_size) || !BlockNumberIsValid(next)))
+                new_starts[l] = blkno;
             old = (PageMirror *) hash_search(ix->pages, &blkno, HASH_FIND, &found);
             if (old != NULL && use_lsn && old->lsn == lsn && old->list == (int32) l)
             {
