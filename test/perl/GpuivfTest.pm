@@ -504,8 +504,8 @@ sub worker_stat
 # The loads and catch-ups of GPU copies that the workers of $node logged
 # (DEBUG1, log_min_messages = debug1) after byte $from of its log: an
 # arrayref of hashes (kind "loaded" or "caught up", entries, pages, walked and
-# lists: lists walked of the copy's lists, from_insert_page: of those, the
-# lists read from their directory insert page on, removed: entries removed first,
+# lists: lists walked of the copy's lists, from_start_page: of those, the
+# lists read from their start page on, removed: entries removed first,
 # inserts_only: "yes", "no" or "-" for a load; by_generation: whether the
 # metapage generation alone says only inserts happened, "-" for a load).
 sub worker_syncs
@@ -514,13 +514,13 @@ sub worker_syncs
 	my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile, $from // 0);
 	my @s;
 	while ($log =~
-		/GPU worker (loaded|caught up) index \d+: (\d+) entries of (\d+) list pages .*?; walked (\d+) of (\d+) lists \((\d+) from their insert page\), (\d+) entries removed first \(only inserts: ([-a-z]+); by the generation: ([-a-z]+)/g
+		/GPU worker (loaded|caught up) index \d+: (\d+) entries of (\d+) list pages .*?; walked (\d+) of (\d+) lists \((\d+) from their start page\), (\d+) entries removed first \(only inserts: ([-a-z]+); by the generation: ([-a-z]+)/g
 	  )
 	{
 		push @s,
 		  {
 			kind => $1, entries => $2, pages => $3, walked => $4, lists => $5,
-			from_insert_page => $6, removed => $7, inserts_only => $8, by_generation => $9
+			from_start_page => $6, removed => $7, inserts_only => $8, by_generation => $9
 		  };
 	}
 	return \@s;

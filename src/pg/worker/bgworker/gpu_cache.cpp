@@ -367,18 +367,18 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
     else
         MakeRoom(ix, GpuivfEstimateGpuBytes(&meta1, ix->nshards, ix->codes_only));
 
-    memset(&wk, 0, sizeof(wk));
-    wk.code_size = meta1.code_size;
     counts = (uint64 *) palloc_extended(sizeof(uint64) * meta1.lists, MCXT_ALLOC_HUGE);
-    memset(counts, 0xFF, sizeof(uint64) * meta1.lists);     /* GPUIVF_LIST_UNSETTLED */
     new_starts = (BlockNumber *) palloc_extended(sizeof(BlockNumber) * meta1.lists, MCXT_ALLOC_HUGE);
     seen = !fresh && req->lsn_reliable && !in_recovery ? ix->list_changes : NULL;
-    /* begin at the lists' last insert pages only when nothing but inserts
-     * can have changed a list since the last walk began (WalkLists) */
+    /* begin lists at their start pages only when nothing but inserts can
+     * have changed a list since the last walk began (WalkLists) */
     starts = seen != NULL && ix->removals_seen != GPUIVF_LIST_UNSETTLED &&
         removals_start == ix->removals_seen ? ix->list_starts : NULL;
+    memset(&wk, 0, sizeof(wk));
     for (;;)
     {
+        wk.code_size = meta1.code_size;
+        memset(counts, 0xFF, sizeof(uint64) * meta1.lists);     /* GPUIVF_LIST_UNSETTLED */
         if (ix->list_starts != NULL)
             memcpy(new_starts, ix->list_starts, sizeof(BlockNumber) * meta1.lists);
         else
@@ -398,8 +398,6 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
         if (wk.codes)
             pfree(wk.codes);
         memset(&wk, 0, sizeof(wk));
-        wk.code_size = meta1.code_size;
-        memset(counts, 0xFF, sizeof(uint64) * meta1.lists);
     }
     ReadMetaPage(ix, &meta2);
     GpuivfAddSeconds(&t_walk, &t0);
@@ -493,7 +491,7 @@ SyncCopy(GpuIndex *ix, const GpuivfRequestSlot *req, bool full)
     GpuivfAddSeconds(&t_rest, &t0);
     elog(DEBUG1, "gpuivf GPU worker %s index %u: %lld entries of %d list pages in %.0f ms "
          "(walking the lists %.0f ms, reading vectors %.0f ms, to the engine %.0f ms); "
-         "walked %d of %d lists (%d from their insert page), %lld entries removed first (only inserts: %s; by the generation: %s; "
+         "walked %d of %d lists (%d from their start page), %lld entries removed first (only inserts: %s; by the generation: %s; "
          "%d list pages new)",
          fresh ? "loaded" : "caught up", ix->indexoid, (long long) wk.n, wk.npages,
          1000 * (t_walk + t_rest), 1000 * t_walk, 1000 * wk.t_vectors, 1000 * wk.t_device,

@@ -85,7 +85,7 @@ typedef struct Walk
     int64       n, cap;
     int         code_size;
     int         lists_walked;   /* lists whose pages were read */
-    int         lists_from_start;   /* of those, read from their insert page */
+    int         lists_from_start;   /* of those, read from their start page */
     int         lists_total;    /* lists of the copy (its shard's) */
     /* where a load's time went, in seconds (the DEBUG1 line of SyncCopy) */
     double      t_vectors;      /* reading vector tuples for the entries */

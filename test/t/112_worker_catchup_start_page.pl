@@ -1,11 +1,11 @@
 
-# A GPU copy's catch-up after inserts reads a long list from its directory
-# insert page on, not from its head (an insert only writes its list's insert
-# page or a page behind it: src/pg/README.md, "Never stale"), and after a
-# change that removes entries it reads the lists from their heads again.
+# A GPU copy's catch-up after inserts reads a long list from its start page
+# on (the first page that had room when the last walk read it: inserts only
+# fill pages, src/pg/README.md, "Never stale"), not from its head, and after
+# a change that removes entries it reads the lists from their heads again.
 # With the CPU stand-in of the GPU engine and lists of several pages each:
 #  - after a few inserts, the catch-up read the changed lists from their
-#    insert pages, and the inserted rows are the next GPU answers;
+#    start pages, and the inserted rows are the next GPU answers;
 #  - after DELETE + VACUUM (which frees room in early pages, and new rows
 #    fill it), the catch-up reads from the heads and the GPU answers equal
 #    the CPU's;
@@ -60,15 +60,15 @@ $node->safe_psql('postgres',
 	'INSERT INTO items SELECT 100000 + id, ARRAY(SELECT x + 0.001 FROM unnest(v) x) FROM items WHERE id IN (1, 2)');
 is(nearest('SELECT v FROM items WHERE id = 100001'), '100001', 'a first inserted row is found');
 
-# ------------------------------------------- inserts: from the insert page
+# -------------------------------------------- inserts: from the start page
 my $off = -s $node->logfile;
 $node->safe_psql('postgres',
 	'INSERT INTO items SELECT 100000 + id, ARRAY(SELECT x + 0.001 FROM unnest(v) x) FROM items WHERE id IN (3, 4, 5, 6)');
 is(nearest('SELECT v FROM items WHERE id = 100004'), '100004', 'rows inserted later are found');
 my $s = [ grep { $_->{kind} eq 'caught up' } @{ worker_syncs($node, $off) } ];
 ok(@$s == 1 && $s->[0]{inserts_only} eq 'yes' && $s->[0]{walked} >= 1
-	  && $s->[0]{from_insert_page} == $s->[0]{walked},
-	'the catch-up read every changed list from its insert page on')
+	  && $s->[0]{from_start_page} == $s->[0]{walked},
+	'the catch-up read every changed list from its start page on')
   or diag explain $s, grep { /GPU worker/ } split /\n/, slurp_file($node->logfile, $off);
 cmp_ok($s->[0] ? $s->[0]{pages} : 99, '<=', 2 * ($s->[0] ? $s->[0]{walked} : 0),
 	'and took at most two changed pages a list');
@@ -80,12 +80,12 @@ $node->safe_psql('postgres',
 	'INSERT INTO items SELECT 200000 + id, ARRAY(SELECT x + 0.002 FROM unnest(v) x) FROM items WHERE id BETWEEN 1 AND 40');
 is(nearest('SELECT v FROM items WHERE id = 200011'), '200011', 'a row inserted after VACUUM is found');
 $s = [ grep { $_->{kind} eq 'caught up' } @{ worker_syncs($node, $off) } ];
-ok(@$s >= 1 && $s->[0]{removed} > 0 && $s->[0]{from_insert_page} == 0,
+ok(@$s >= 1 && $s->[0]{removed} > 0 && $s->[0]{from_start_page} == 0,
 	'the catch-up after VACUUM read the lists from their heads')
   or diag explain $s;
 is(answers($gpu), answers($cpu), 'after VACUUM GPU answers equal the CPU answers (ids and distances)');
 
-# a catch-up of inserts after that takes the insert pages VACUUM left
+# a catch-up of inserts after that finds the room VACUUM left
 $off = -s $node->logfile;
 $node->safe_psql('postgres',
 	'INSERT INTO items SELECT 300000 + id, ARRAY(SELECT x + 0.003 FROM unnest(v) x) FROM items WHERE id BETWEEN 41 AND 60');
