@@ -35,6 +35,9 @@
 #      memory in use;
 #   3. for each TARGETS recall target: recall@10 of the NQ queries with the
 #      automatic probes, and pgbench QPS / p50 / p99 at each CLIENTS count;
+#   3a. SWEEP="default search_streams=2 answer_spin=0 ...": the first target
+#      again at SWEEP_CLIENTS (64) under each entry's settings (server
+#      restarted), with the GPU worker's time breakdown (its DEBUG1 lines);
 #   3b. HOST_RERANK=1 (default): the same index with gpuivf.gpu_memory_limit
 #      at half of its GPU copy, so that only its codes fit (README.md, "Larger
 #      than the GPU"): recall@10 and QPS at the first target, next to the
@@ -279,6 +282,60 @@ for target in $TARGETS; do
 	[ "$(left)" -lt 60 ] && { say "3. SKIPPED target $target: out of time"; continue; }
 	measure "$target" 3
 done
+
+# ------------------------------------- 3a. settings side by side (SWEEP)
+# worker_times FROM -> the GPU worker's DEBUG1 time breakdown logged since
+# byte FROM of the server log, summed: where its one thread spent the run
+worker_times() {
+	tail -c +$(($1 + 1)) "$W/pg/server.log" | grep -o 'in [0-9.]* s: [0-9]* searches of .* idle [0-9]* ms' |
+		awk '{ gsub(/[^0-9. ]/, " "); n = split($0, f, " +"); k = 0
+		       for (i = 1; i <= n; i++) if (f[i] != "" && f[i] != ".") s[++k] += f[i] }
+		     END { if (!NR) { print "no DEBUG1 breakdown"; exit }
+		       w = s[1] * 1000; printf "worker thread over %.0f s: take %.0f %%, prepare %.0f %%, engine start %.0f %%, waiting for the GPU %.0f %%, answer %.0f %%, polling %.0f %%, idle %.0f %%; %.1f requests a search\n",
+		       s[1], 100 * s[4] / w, 100 * s[5] / w, 100 * s[6] / w, 100 * s[7] / w, 100 * s[8] / w, 100 * s[9] / w, 100 * s[10] / w, (s[2] ? s[3] / s[2] : 0) }'
+}
+# SWEEP="default search_streams=2 search_streams=1,answer_spin=0 ...": each
+# entry's gpuivf settings (comma-separated; "default": none) set with ALTER
+# SYSTEM and the server restarted (search_streams is read at start), then
+# recall@10 and pgbench at SWEEP_CLIENTS at the first target, with the
+# worker's time breakdown; the settings are reset after each entry.
+SWEEP=${SWEEP:-}
+SWEEP_CLIENTS=${SWEEP_CLIENTS:-64}
+restart_pg() {
+	as_pg "pg_ctl -D $W/pg/data -l $W/pg/server.log -w -m fast restart >/dev/null" || return 1
+	for _ in $(seq 1 60); do
+		[ "$(sql "SELECT count(*) FROM gpuivf_stat WHERE state = 'ready'")" -gt 0 ] && break
+		sleep 0.5
+	done
+}
+for entry in $SWEEP; do
+	[ "$(left)" -lt $((BENCH_S * $(echo $SWEEP_CLIENTS | wc -w) + 40)) ] && { say "3a. SKIPPED $entry: out of time"; continue; }
+	target=${TARGETS%% *}
+	names=()
+	sets="ALTER SYSTEM SET log_min_messages = debug1;"
+	if [ "$entry" != default ]; then
+		for kv in ${entry//,/ }; do
+			names+=("${kv%%=*}")
+			sets="$sets ALTER SYSTEM SET gpuivf.${kv%%=*} = '${kv#*=}';"
+		done
+	fi
+	sql "$sets" >/dev/null
+	restart_pg
+	set_t="SET gpuivf.device = gpu; SET gpuivf.target_recall = $target;"
+	probes=$(sql "LOAD 'gpuivf'; $set_t SELECT format('%s (re-rank %s)', p->>'in_use', coalesce(p->>'rerank_candidates', '-')) FROM (SELECT gpuivf_index_info('items_gpuivf') -> 'probes' AS p) s")
+	r=$(recall "$set_t")
+	say "3a. $entry, target $target: probes $probes, recall@10 $r"
+	for c in $SWEEP_CLIENTS; do
+		log_from=$(stat -c %s "$W/pg/server.log")
+		read -r tps p50 p99 <<< "$(bench "sw_${entry//[=,]/_}_c$c" "$c" "$W/knn.sql" "-c gpuivf.device=gpu -c gpuivf.target_recall=$target")"
+		say "   $c clients: $tps QPS, p50 $p50 ms, p99 $p99 ms; $(cat "$W/stats_sw_${entry//[=,]/_}_c$c.txt"); $(worker_times "$log_from")"
+		echo "gpuivf,gpu,\"$with; $entry\",$ROWS,$DIMS,$NQ,l2,target_recall,$target,$c,$r,$tps,0,$p50,$p99" >> "$OUT/results.csv"
+	done
+	sets="ALTER SYSTEM RESET log_min_messages;"
+	for n in "${names[@]}"; do sets="$sets ALTER SYSTEM RESET gpuivf.$n;"; done
+	sql "$sets" >/dev/null
+done
+[ -n "$SWEEP" ] && restart_pg
 
 # ------------------------------- 3b. an index twice the GPU memory limit
 HOST="not run"

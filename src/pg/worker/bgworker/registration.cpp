@@ -20,7 +20,7 @@ int         gpuivf_gpu_memory_limit = 0;
 int         gpuivf_worker_timeout = 60000;
 int         gpuivf_request_buffer = 128;
 int         gpuivf_shards = 0;
-int         gpuivf_search_streams = 4;
+int         gpuivf_search_streams = 16;
 int         gpuivf_answer_spin = 150;
 char       *gpuivf_engine_library = NULL;
 
@@ -187,8 +187,8 @@ GpuivfWorkerInit(void)
                             NULL, NULL, NULL);
     DefineCustomIntVariable("gpuivf.search_streams",
                             "Searches each GPU worker keeps running on the GPU at once.",
-                            "With more than one, the worker prepares and starts the next batch while the GPU still searches the previous ones.",
-                            &gpuivf_search_streams, 4, 1, 8, PGC_POSTMASTER, 0,
+                            "With more than one, the worker prepares and starts the next batch while the GPU still searches the previous ones; small batches only fill a large GPU together.  Each stream holds 256 MB of GPU memory.",
+                            &gpuivf_search_streams, 16, 1, 32, PGC_POSTMASTER, 0,
                             NULL, NULL, NULL);
     DefineCustomBoolVariable("gpuivf.wake_thread",
                              "Whether a second thread of each GPU worker wakes the backends it answered.",
