@@ -3,7 +3,8 @@
  * boolean).
  *
  * gpuivf_verify is the amcheck of gpuivf.  It checks, under AccessShareLock:
- *   - the metapage (format, options, page ranges);
+ *   - the metapage (format, options, page ranges, the calibration's curves
+ *     and re-rank depths);
  *   - the model pages (types, finite values within gpuivf::kMaxModelComponent);
  *   - the directory and every list chain: page types, no cycle, no page in
  *     two chains, tail and insert_page on the chain, counts equal to the
@@ -139,6 +140,72 @@ VerifyVectorHash(const float4 *x, int dims)
 
 /* ------------------------------------------------------- metapage, model */
 
+/* One recall point: a mean in [0, 1] with a finite, non-negative error. */
+static bool
+RecallPointValid(const GpuivfRecallPoint *p)
+{
+    return std::isfinite(p->recall) && p->recall >= 0 && p->recall <= 1 &&
+        std::isfinite(p->recall_se) && p->recall_se >= 0;
+}
+
+/*
+ * The calibration's curves: what scans choose their probes and re-rank
+ * depth from (search/probes.cpp clamps what it reads, so a bad curve gives
+ * wrong probes, not a crash; this says so).  Points within the curve
+ * array, their probe counts ascending within 1 .. lists, k ascending,
+ * recalls within [0, 1], the deeper re-rank depths within the array,
+ * ascending above the first, within kMaxK, and only with re-rank.
+ */
+static void
+VerifyCalibration(VerifyState *vs)
+{
+    const GpuivfMetaPageData *m = &vs->meta;
+    int         npoints = m->calib_npoints;
+    int         prev_depth;
+
+    if (m->calib_sample == 0)
+        return;
+    if (npoints > GPUIVF_CURVE_POINTS)
+        VerifyCorrupt(vs, "The calibration has %d points; a curve holds %d at most.",
+                      npoints, GPUIVF_CURVE_POINTS);
+    for (int j = 0; j < npoints; j++)
+        if (m->calib_nprobe[j] < 1 || m->calib_nprobe[j] > m->lists ||
+            (j > 0 && m->calib_nprobe[j] <= m->calib_nprobe[j - 1]))
+            VerifyCorrupt(vs, "The calibration's probe counts are not ascending within 1 to %u lists (point %d: %u).",
+                          m->lists, j, m->calib_nprobe[j]);
+    for (int c = 1; c < GPUIVF_CURVE_KS; c++)
+        if (m->calib_k[c] != 0 && m->calib_k[c] <= m->calib_k[c - 1])
+            VerifyCorrupt(vs, "The calibration's curves are not in ascending k (%u after %u).",
+                          m->calib_k[c], m->calib_k[c - 1]);
+    if (m->calib_deep_count > GPUIVF_CALIB_DEEPER)
+        VerifyCorrupt(vs, "The calibration has %u deeper re-rank curves; the metapage holds %d at most.",
+                      m->calib_deep_count, GPUIVF_CALIB_DEEPER);
+    if (m->calib_deep_count > 0 && !GpuivfMetaReranks(m))
+        VerifyCorrupt(vs, "The calibration has deeper re-rank curves but the index does not re-rank.");
+    if (m->calib_depth > (uint32) gpuivf::kMaxK)
+        VerifyCorrupt(vs, "The calibration's re-rank depth %u is above %d.", m->calib_depth, gpuivf::kMaxK);
+    prev_depth = GpuivfCalibDepthAt(m, 0);
+    for (int d = 1; d < GpuivfCalibDepthCount(m); d++)
+    {
+        int         depth = GpuivfCalibDepthAt(m, d);
+
+        if (depth <= prev_depth || depth > gpuivf::kMaxK)
+            VerifyCorrupt(vs, "The calibration's re-rank depth %d follows depth %d; depths ascend up to %d.",
+                          depth, prev_depth, gpuivf::kMaxK);
+        prev_depth = depth;
+    }
+    for (int d = 0; d < GpuivfCalibDepthCount(m); d++)
+        for (int c = 0; c < GPUIVF_CURVE_KS; c++)
+        {
+            if (m->calib_k[c] == 0)
+                continue;
+            for (int j = 0; j < npoints; j++)
+                if (!RecallPointValid(&GpuivfCalibPoints(m, d, c)[j]))
+                    VerifyCorrupt(vs, "A calibration recall (depth %d, k %u, point %d) is outside 0 to 1.",
+                                  GpuivfCalibDepthAt(m, d), m->calib_k[c], j);
+        }
+}
+
 /* Metapage fields against each other and against the index's size. */
 void
 VerifyMeta(VerifyState *vs)
@@ -184,6 +251,7 @@ VerifyMeta(VerifyState *vs)
     ClaimRange(vs, m->centroid_start, m->centroid_pages, ROLE_CENTROIDS, "centroid");
     ClaimRange(vs, m->codebook_start, m->codebook_pages, ROLE_CODEBOOK, "codebook");
     ClaimRange(vs, m->directory_start, m->directory_pages, ROLE_DIRECTORY, "directory");
+    VerifyCalibration(vs);
     vs->version = GpuivfReadRows(vs->index, m);
     vs->have_version = true;
     {
