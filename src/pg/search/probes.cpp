@@ -284,10 +284,11 @@ NoticeTargetNotReached(Relation index, const GpuivfMetaPageData *meta, int k,
 {
     int         depth_set = gpuivf_rerank_candidates;
     int         at_depth;
-    double      best = CurveBestRecall(meta, k, depth_set, &at_depth);
+    double      best;
 
     if (!FirstWarning(meta))
         return;
+    best = CurveBestRecall(meta, k, depth_set, &at_depth);
     ereport(NOTICE,
             (errmsg("recall target %.3f of index \"%s\" (%s) is above the best recall ANALYZE measured",
                     choice->target, RelationGetRelationName(index),
