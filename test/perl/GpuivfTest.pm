@@ -36,7 +36,7 @@ our @EXPORT = qw(
   metric_operator metric_opclass count_via_index poll_until fake_gpu_engine fake_gpu_node
   fake_gpu_primary_standby worker_stat
   wait_worker_ready worker_syncs
-  grouped_items_sql worker_knn_pgbench knn_answer count_same pgvector_missing pgvector_node node_client_dir
+  grouped_items_sql worker_knn_pgbench insert_find_script knn_answer count_same pgvector_missing pgvector_node node_client_dir
 );
 
 # The repository root: this file is test/perl/GpuivfTest.pm.
@@ -575,6 +575,22 @@ sub finish_pgbench
 	my ($h) = @_;
 	$h->{run}->finish;
 	return ($h->{run}->result(0), $h->{out}, $h->{err});
+}
+
+# A pgbench script (for start_pgbench) that inserts a row into table items
+# near the row whose id the SQL expression $base gives (of :k, the new row's
+# id from sequence $seq), commits, and asks for the row nearest its own
+# vector: the client fails unless that is the new row.
+sub insert_find_script
+{
+	my ($seq, $base) = @_;
+	return qq{SELECT nextval('$seq') AS k \\gset
+INSERT INTO items SELECT :k, ARRAY(SELECT (x + 0.0001 * (:k % 997 + 1))::real FROM unnest(v) x) FROM items WHERE id = $base;
+SELECT id AS got FROM items ORDER BY v <-> (SELECT v FROM items WHERE id = :k) LIMIT 1 \\gset
+\\if :got != :k
+SELECT 'the committed row was not the next GPU query''s answer'::int;
+\\endif
+};
 }
 
 # Eight pgbench clients for 3 s through the GPU worker, each statement the

@@ -107,13 +107,7 @@ my %scripts = (
 	# a new row near a base row (ids ending in 1: none was deleted), then the
 	# nearest row to its own vector on the GPU: it must be the new row (fails
 	# the client otherwise)
-	'insert_find@1' => q{SELECT nextval('ins') AS k \gset
-INSERT INTO items SELECT :k, ARRAY(SELECT (x + 0.0001 * (:k % 997 + 1))::real FROM unnest(v) x) FROM items WHERE id = (:k % 298) * 10 + 1;
-SELECT id AS got FROM items ORDER BY v <-> (SELECT v FROM items WHERE id = :k) LIMIT 1 \gset
-\if :got != :k
-SELECT 'the committed row was not the next GPU query''s answer'::int;
-\endif
-},
+	'insert_find@1' => insert_find_script('ins', '(:k % 298) * 10 + 1'),
 	'query@2' => q{\set r random(1, 2990)
 SELECT count(*) AS found FROM (SELECT id FROM items ORDER BY v <-> (SELECT v FROM items WHERE id >= :r ORDER BY id LIMIT 1) LIMIT 10) s \gset
 \if :found != 10

@@ -69,13 +69,7 @@ my $version = info($primary, 'version');
 my %scripts = (
 	# a new row near a base row of any group (so every list gets rows), then
 	# the nearest row to its own vector on the GPU: it must be the new row
-	'insert_find' => qq{SELECT nextval('ins') AS k \\gset
-INSERT INTO items SELECT :k, ARRAY(SELECT (x + 0.0001 * (:k % 997 + 1))::real FROM unnest(v) x) FROM items WHERE id = (:k % $rows) + 1;
-SELECT id AS got FROM items ORDER BY v <-> (SELECT v FROM items WHERE id = :k) LIMIT 1 \\gset
-\\if :got != :k
-SELECT 'the committed row was not the next GPU query''s answer'::int;
-\\endif
-},
+	'insert_find' => insert_find_script('ins', "(:k % $rows) + 1"),
 );
 my $bench;
 {

@@ -95,13 +95,7 @@ is(answers($gpu), answers($cpu), 'and GPU answers equal the CPU answers');
 # ---------------------------- inserting, querying, deleting, VACUUM at once
 $node->safe_psql('postgres', 'CREATE SEQUENCE ins START 400000');
 my %scripts = (
-	'insert_find@2' => q{SELECT nextval('ins') AS k \gset
-INSERT INTO items SELECT :k, ARRAY(SELECT (x + 0.0001 * (:k % 997 + 1))::real FROM unnest(v) x) FROM items WHERE id = (:k % 1198) * 10 + 1;
-SELECT id AS got FROM items ORDER BY v <-> (SELECT v FROM items WHERE id = :k) LIMIT 1 \gset
-\if :got != :k
-SELECT 'the committed row was not the next GPU query''s answer'::int;
-\endif
-},
+	'insert_find@2' => insert_find_script('ins', '(:k % 1198) * 10 + 1'),
 	'delete_vacuum@1' => q{\set r random(1, 1198)
 DELETE FROM items WHERE id BETWEEN :r * 10 + 2 AND :r * 10 + 9;
 VACUUM items;
