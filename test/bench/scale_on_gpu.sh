@@ -115,10 +115,14 @@ start_server pg "$PORT" "listen_addresses = ''" "shared_preload_libraries = 'gpu
 	"max_worker_processes = 40" "max_parallel_workers = 32" "max_parallel_maintenance_workers = $WORKERS" "${wal[@]}"
 sleep 2
 if [ "$TYPE" = 'real[]' ]; then sql "CREATE EXTENSION gpuivf;"; else sql "CREATE EXTENSION gpuivf_vector CASCADE;"; fi
-for _ in $(seq 1 60); do
-	[ "$(sql "SELECT count(*) FROM gpuivf_stat WHERE state = 'ready'")" -gt 0 ] && break
-	sleep 0.5
-done
+# up to 30 s for a GPU worker to be ready (at start, and after a restart)
+wait_worker_ready() {
+	for _ in $(seq 1 60); do
+		[ "$(sql "SELECT count(*) FROM gpuivf_stat WHERE state = 'ready'")" -gt 0 ] && break
+		sleep 0.5
+	done
+}
+wait_worker_ready
 say "worker: $(sql "SELECT string_agg(state || ' ' || coalesce(device_name, '') || ' ' || coalesce(message, ''), '; ') FROM gpuivf_stat")"
 
 # -------------------------------------------------- memory while it builds
@@ -303,10 +307,7 @@ SWEEP=${SWEEP:-}
 SWEEP_CLIENTS=${SWEEP_CLIENTS:-64}
 restart_pg() {
 	as_pg "pg_ctl -D $W/pg/data -l $W/pg/server.log -w -m fast restart >/dev/null" || return 1
-	for _ in $(seq 1 60); do
-		[ "$(sql "SELECT count(*) FROM gpuivf_stat WHERE state = 'ready'")" -gt 0 ] && break
-		sleep 0.5
-	done
+	wait_worker_ready
 }
 for entry in $SWEEP; do
 	[ "$(left)" -lt $((BENCH_S * $(echo $SWEEP_CLIENTS | wc -w) + 40)) ] && { say "3a. SKIPPED $entry: out of time"; continue; }
