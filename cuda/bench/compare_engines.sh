@@ -12,6 +12,7 @@
 #      and each side's spread over its runs.
 # Under $OUT (at most 7 files): build.log test_old.log test_new.log
 # memcheck_new.log bench.log compare.tsv (every case) summary.txt.
+# BENCH_ARGS: extra arguments of gpuivf_bench (e.g. --large-only).
 # Each step has a time limit (BUILD_TIMEOUT, TEST_TIMEOUT, SAN_TIMEOUT,
 # BENCH_TIMEOUT seconds) so that the whole stays under 8 minutes.
 set -u
@@ -76,7 +77,7 @@ say "memcheck new: rc $(cat "$W/memcheck.rc"), $(grep -E 'ERROR SUMMARY|LEAK SUM
 bench() { # tree run
 	local dir=$W/bench_$1_$2 t0=$SECONDS rc
 	mkdir -p "$dir"
-	timeout "$BENCH_TIMEOUT" "$W/$1/cuda/bench/gpuivf_bench" --out "$dir" >"$dir/log" 2>&1
+	timeout "$BENCH_TIMEOUT" "$W/$1/cuda/bench/gpuivf_bench" --out "$dir" ${BENCH_ARGS:-} >"$dir/log" 2>&1
 	rc=$?
 	{ echo "== $1 tree, run $2: rc $rc, $((SECONDS - t0)) s"; cat "$dir/log"; } >>"$OUT/bench.log"
 	rm -f "$dir"/ivf_*
@@ -127,7 +128,9 @@ head = ["copy_GBps", "select_k100_ms", "select_k10_ms", "select_k1000_ms", "knn_
         "worker_auto_b8_us", "worker_perlist_b16_enqueue_us", "worker_tput_perlist_s4_b8_qps",
         "worker_tput_perlist_r200_s4_b8_qps", "worker_tput_perlist_r200_s8_b8_qps",
         "worker_tput_perlist_r200_s4_b16_qps", "worker_tput_auto_r200_s4_b8_qps",
-        "worker_tput_perlist_r200_s8_b8_mpb4_qps", "worker_perlist_b1_mpb4_us"]
+        "worker_tput_perlist_r200_s8_b8_mpb4_qps", "worker_perlist_b1_mpb4_us",
+        "large_r800_b1_us", "large_r800_b4_us", "large_r800_b8_us", "large_tput_r800_s16_b4_qps",
+        "large_tput_r800_s16_b4_mpb5_qps", "large_tput_r200_s16_b4_qps"]
 print("%d old and %d new runs; median (min-max); every case in compare.tsv" % (len(runs["old"]), len(runs["new"])))
 print("%-40s %26s %26s %8s" % ("case", "old", "new", "change"))
 for k in head:

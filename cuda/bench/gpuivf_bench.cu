@@ -10,12 +10,16 @@
  *           recall@10 against exact ground truth
  *   train   k-means 1M x 128 -> 1024 centroids, 20 iterations; PQ codebooks;
  *           encoding of 1M vectors
+ *   large   the GPU worker's calls on a 5M x 768 halfvec-sized index (large_*;
+ *           --large-only runs these alone)
  * Writes results.json and the IVF-PQ model/codes/queries/ground truth (for the
  * PyTorch baseline, torch_baseline.py) into the output directory.
  *
- * usage: gpuivf_bench [--out DIR] [--quick] [--select-only | --knn-only | --ivfpq-only | --worker-only]
+ * usage: gpuivf_bench [--out DIR] [--quick] [--select-only | --knn-only | --ivfpq-only | --worker-only |
+ *                      --large-only]
  */
 #include <cublas_v2.h>
+#include <cuda_fp16.h>
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -205,6 +209,139 @@ struct Results {
     }
 };
 
+__global__ void fill_half(uint16_t *x, int64_t n, uint64_t seed) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        x[i] = __half_as_ushort(__float2half_rn(gaussian(seed, i)));
+}
+
+/*
+ * The GPU worker's calls at the scale of the 768-dimension goal: a synthetic
+ * IVF-PQ index (L2) of 5M x 768 (--quick: 1M), pq_m 96, 2,236 lists of equal
+ * size, 43 probes, half-precision vectors for the re-rank (pgvector's
+ * halfvec), random codebook and codes, queries near centroids; k 10 with R
+ * candidates re-ranked (the calibration chose 800 at 43 probes for the
+ * 5M x 768 table of test/bench/scale_on_gpu.sh).  What it measures:
+ *   large_r{R}_b{B}[_mpb{P}|_auto]_us   one call of B queries (median of 15)
+ *   large_tput_r{R}_s{S}_b{B}[...]_qps  S searches in flight, each restarted
+ *                                       with a new batch of B as soon as it is
+ *                                       answered (the worker's closed loop)
+ * GPUIVF_BENCH_PROFILE_LARGE=1: one more call of 4 queries, 800 candidates,
+ * per-list tables, inside a profiler range (ncu --profile-from-start off).
+ */
+void bench_worker_large(gpuivf_cuda_resources *res, bool quick, Results &R) {
+    const int64_t n = quick ? 1000000 : 5000000;
+    const int d = 768, m = 96, nlist = quick ? 1000 : 2236, nprobe = 43, k = 10;
+    const int64_t nq = 1024;
+    std::mt19937_64 gen(43);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    std::vector<float> cent(static_cast<size_t>(nlist) * d), cb(static_cast<size_t>(m) * 256 * (d / m));
+    for (float &x : cent) x = g(gen);
+    for (float &x : cb) x = 0.3f * g(gen);
+    std::vector<uint64_t> words(static_cast<size_t>((n * m + 7) / 8));
+    for (uint64_t &w : words) w = gen();
+    std::vector<int32_t> lists(n);
+    std::vector<uint64_t> ids(n);
+    for (int64_t i = 0; i < n; i++) {
+        lists[i] = static_cast<int32_t>(i % nlist);
+        ids[i] = static_cast<uint64_t>(i);
+    }
+    std::vector<float> q(static_cast<size_t>(nq) * d);
+    for (int64_t i = 0; i < nq; i++) {
+        const int64_t c = static_cast<int64_t>(gen() % nlist);
+        for (int t = 0; t < d; t++) q[i * d + t] = cent[c * d + t] + 0.5f * g(gen);
+    }
+    uint16_t *vec;
+    CHECK_CUDA(cudaMalloc(&vec, sizeof(uint16_t) * n * d));
+    fill_half<<<4096, 256>>>(vec, n * d, 47);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    gpuivf_cuda_model model{1, d, nlist, m, 8, cent.data(), cb.data()};
+    gpuivf_cuda_index *ix;
+    const double t0 = now_ms();
+    CHECK_GPU(gpuivf_cuda_index_create(res, &model, GPUIVF_CUDA_VECTORS_FLOAT16, &ix));
+    CHECK_GPU(gpuivf_cuda_index_add_encoded(res, ix, n, lists.data(), reinterpret_cast<const uint8_t *>(words.data()),
+                                            ids.data(), vec));
+    CHECK_CUDA(cudaFree(vec));
+    R.add("large_index_load_s", (now_ms() - t0) / 1000.0);
+
+    std::vector<int32_t> hk(nq, k), hnp(nq, nprobe);
+    const int kStreams = 16;
+    std::vector<gpuivf_cuda_resources *> streams{res};
+    for (int s = 1; s < kStreams; s++) {
+        gpuivf_cuda_resources *r2 = nullptr;
+        CHECK_GPU(gpuivf_cuda_resources_create(0, int64_t(256) << 20, &r2));
+        streams.push_back(r2);
+    }
+    std::vector<std::vector<double>> sd(kStreams, std::vector<double>(static_cast<size_t>(nq) * k));
+    std::vector<std::vector<uint64_t>> si(kStreams, std::vector<uint64_t>(static_cast<size_t>(nq) * k));
+    auto params = [&](int rr, int mpb, bool per_list) {
+        gpuivf_cuda_search_params sp{k, nprobe, rr, per_list ? GPUIVF_CUDA_LUT_PER_LIST : GPUIVF_CUDA_LUT_AUTO,
+                                     hk.data(), hnp.data()};
+        sp.min_probes_per_block = mpb;
+        sp.host_arrays = 1; /* as the worker */
+        return sp;
+    };
+    auto suffix = [](int mpb, bool per_list) {
+        return (mpb ? "_mpb" + std::to_string(mpb) : std::string()) + (per_list ? "" : "_auto");
+    };
+    auto latency = [&](int rr, int64_t b, int mpb, bool per_list) {
+        const gpuivf_cuda_search_params sp = params(rr, mpb, per_list);
+        int64_t call = 0; /* other queries each call */
+        const double ms = median_ms(15, [&] {
+            const int64_t q0 = (call++ * b) % (nq - b + 1);
+            CHECK_GPU(gpuivf_cuda_index_search(res, ix, q.data() + q0 * d, b, &sp, sd[0].data(), si[0].data()));
+        });
+        R.add("large_r" + std::to_string(rr) + "_b" + std::to_string(b) + suffix(mpb, per_list) + "_us", ms * 1000.0);
+    };
+    auto throughput = [&](int rr, int ns, int64_t b, int mpb, bool per_list) {
+        const gpuivf_cuda_search_params sp = params(rr, mpb, per_list);
+        auto start = [&](int s, int64_t seq) {
+            const int64_t q0 = (seq * b) % (nq - b + 1);
+            CHECK_GPU(gpuivf_cuda_index_search_async(streams[s], ix, q.data() + q0 * d, b, &sp, sd[s].data(),
+                                                     si[s].data()));
+        };
+        for (int s = 0; s < ns; s++) { /* every stream records its graph once */
+            start(s, s);
+            CHECK_GPU(gpuivf_cuda_search_wait(streams[s]));
+        }
+        int64_t seq = 0, answered = 0;
+        for (int s = 0; s < ns; s++) start(s, seq++);
+        const auto t0 = std::chrono::steady_clock::now();
+        double el = 0.0;
+        for (int s = 0;; s = (s + 1) % ns) {
+            CHECK_GPU(gpuivf_cuda_search_wait(streams[s]));
+            answered += b;
+            el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            if (el > 0.4) break;
+            start(s, seq++);
+        }
+        for (int s = 0; s < ns; s++) CHECK_GPU(gpuivf_cuda_search_wait(streams[s]));
+        R.add("large_tput_r" + std::to_string(rr) + "_s" + std::to_string(ns) + "_b" + std::to_string(b) +
+                  suffix(mpb, per_list) + "_qps",
+              answered / el);
+    };
+    for (int rr : {200, 400, 800})
+        for (int64_t b : {1, 4, 8}) latency(rr, b, 0, true);
+    for (int mpb : {2, 5, 8})
+        for (int64_t b : {1, 4}) latency(800, b, mpb, true);
+    latency(800, 4, 0, false);
+    for (int rr : {200, 800}) throughput(rr, kStreams, 4, 0, true);
+    for (int mpb : {2, 5, 8}) throughput(800, kStreams, 4, mpb, true);
+    throughput(800, kStreams, 4, 0, false);
+    throughput(800, 4, 4, 0, true);
+    throughput(800, kStreams, 8, 0, true);
+    if (std::getenv("GPUIVF_BENCH_PROFILE_LARGE")) {
+        for (int mpb : {0, 5}) {
+            const gpuivf_cuda_search_params sp = params(800, mpb, true);
+            CHECK_CUDA(cudaProfilerStart());
+            CHECK_GPU(gpuivf_cuda_index_search(res, ix, q.data(), 4, &sp, sd[0].data(), si[0].data()));
+            CHECK_CUDA(cudaProfilerStop());
+        }
+    }
+    for (size_t s = 1; s < streams.size(); s++) CHECK_GPU(gpuivf_cuda_resources_destroy(streams[s]));
+    CHECK_GPU(gpuivf_cuda_index_destroy(ix));
+}
+
 template <typename T>
 void dump(const std::string &path, const T *dev_or_host, size_t count, bool device) {
     std::vector<T> h(count);
@@ -225,7 +362,8 @@ void dump(const std::string &path, const T *dev_or_host, size_t count, bool devi
 
 int main(int argc, char **argv) {
     std::string out = ".";
-    bool quick = false, select_only = false, knn_only = false, ivfpq_only = false, worker_only = false;
+    bool quick = false, select_only = false, knn_only = false, ivfpq_only = false, worker_only = false,
+         large_only = false;
     for (int i = 1; i < argc; i++) {
         if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         if (!std::strcmp(argv[i], "--quick")) quick = true;
@@ -233,6 +371,7 @@ int main(int argc, char **argv) {
         if (!std::strcmp(argv[i], "--knn-only")) knn_only = true;
         if (!std::strcmp(argv[i], "--ivfpq-only")) ivfpq_only = true; /* for profilers */
         if (!std::strcmp(argv[i], "--worker-only")) ivfpq_only = worker_only = true;
+        if (!std::strcmp(argv[i], "--large-only")) large_only = true;
     }
     int32_t ndev = 0;
     CHECK_GPU(gpuivf_cuda_device_count(&ndev));
@@ -249,6 +388,13 @@ int main(int argc, char **argv) {
     cublasHandle_t blas;
     cublasCreate(&blas);
     const int reps = quick ? 3 : 7;
+    if (large_only) {
+        bench_worker_large(res, quick, R);
+        R.write(out + "/results.json");
+        cublasDestroy(blas);
+        CHECK_GPU(gpuivf_cuda_resources_destroy(res));
+        return 0;
+    }
 
     /* ---------------------------------------------------------- copy */
     {
