@@ -273,6 +273,24 @@ __device__ __forceinline__ void collect_offer(bool valid, Key key, Key bound, Ke
     if (slot >= 0) buf[n + slot] = key;
 }
 
+/* Sort keys[0, n) ascending in shared memory (n a power of two; block-wide,
+ * ends with a barrier). */
+__device__ __forceinline__ void block_bitonic_sort(Key *keys, int n, int threads) {
+    for (int size = 2; size <= n; size <<= 1)
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int i = threadIdx.x; i < (n >> 1); i += threads) {
+                const int lo = 2 * stride * (i / stride) + (i % stride), hi = lo + stride;
+                const bool up = (lo & size) == 0;
+                const Key x = keys[lo], y = keys[hi];
+                if ((x > y) == up) {
+                    keys[lo] = y;
+                    keys[hi] = x;
+                }
+            }
+            __syncthreads();
+        }
+}
+
 /* Cut buf[0, n) to its k best (block-wide, n > k): they go to out[0, k),
  * and the bound becomes the k-th. */
 template <int kWarps>
@@ -300,7 +318,8 @@ __global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_
     /* [thread queues | collected keys, the cut's keys][probes: start,
      * offset, bias][table | later the queue merge] */
     Key *queues = reinterpret_cast<Key *>(scan_smem);
-    Key *collected = queues, *best = queues + kScanCollectCapacity;
+    constexpr int kCapacity = ivfpq_scan_collect_capacity(W);
+    Key *collected = queues, *best = queues + kCapacity;
     int *pstart = reinterpret_cast<int *>(scan_smem + ivfpq_scan_select_bytes<W, T, kThreads>());
     uint32_t *poff = reinterpret_cast<uint32_t *>(pstart + a.probes_per_split + 1);
     float *pbias = reinterpret_cast<float *>(poff + a.probes_per_split);
@@ -387,7 +406,7 @@ __global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_
                 __syncthreads();
                 if (step > 0) collected_n += cs.added[(step - 1) % 3];
                 if (threadIdx.x == 0) cs.added[(step + 1) % 3] = 0;
-                if (collected_n > kScanCollectCapacity - kThreads) {
+                if (collected_n > kCapacity - kThreads) {
                     collect_cut<kWarps>(collected, collected_n, k, best, cs);
                     for (int i = threadIdx.x; i < k; i += kThreads) collected[i] = best[i];
                     collected_n = k;
@@ -443,13 +462,24 @@ __global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_
         if (ob) {
             for (int i = threadIdx.x; i < n && i < a.out_count; i += kThreads) o[i] = sel[i];
             if (threadIdx.x == 0) *ob = run_bound;
-        } else {
+        } else if constexpr (W <= 256) {
             for (int i = threadIdx.x; i < n; i += kThreads) {
                 const Key key = sel[i];
                 int rank = 0;
                 for (int j = 0; j < n; ++j) rank += sel[j] < key;
                 if (rank < a.out_count) o[rank] = key;
             }
+        } else {
+            /* ranking each key against all n costs n^2 / threads reads (2,500 a
+             * thread at 800): a bitonic sort of the k best in place is cheaper */
+            if (sel != best) {
+                for (int i = threadIdx.x; i < n; i += kThreads) best[i] = sel[i];
+            }
+            const int p2 = n <= 1 ? 1 : 1 << (32 - __clz(n - 1));
+            for (int i = n + threadIdx.x; i < p2; i += kThreads) best[i] = kSentinelKey;
+            __syncthreads();
+            block_bitonic_sort(best, p2, kThreads);
+            for (int i = threadIdx.x; i < n && i < a.out_count; i += kThreads) o[i] = best[i];
         }
         for (int e = n + threadIdx.x; e < a.out_count; e += kThreads) o[e] = kSentinelKey;
         clocks.mark(4);

@@ -89,17 +89,19 @@ constexpr int kSelectRowsThreads = 128;
 constexpr int kScanThreads = 256;
 
 /* ivfpq_scan.cuh selects the k-buckets kScanCollectMinW..kScanCollectMaxW
- * by collecting keys (up to kScanCollectCapacity before a cut) instead of
- * WarpSelect (the GPU worker's 200 candidates: DESIGN.md).  Small k stays
- * with WarpSelect: its running k-th forms within a warp's first codes
- * (k = 10 per-list search of 10k queries: 10.9 ms WarpSelect, 11.5 ms
- * collecting). */
+ * by collecting keys (up to ivfpq_scan_collect_capacity before a cut)
+ * instead of WarpSelect (the GPU worker's 200-1,000 candidates: DESIGN.md).
+ * Small k stays with WarpSelect: its running k-th forms within a warp's
+ * first codes (k = 10 per-list search of 10k queries: 10.9 ms WarpSelect,
+ * 11.5 ms collecting). */
 constexpr int kScanCollectMinW = 128;
-constexpr int kScanCollectMaxW = 256;
-constexpr int kScanCollectCapacity = 2048;
+constexpr int kScanCollectMaxW = 1024;
 constexpr bool ivfpq_scan_collects(int w) { return w >= kScanCollectMinW && w <= kScanCollectMaxW; }
+/* keys collected before a cut: room for several steps of the block's
+ * codes after a cut has kept k */
+constexpr int ivfpq_scan_collect_capacity(int w) { return w <= 256 ? 2048 : 4 * w; }
 /* its shared memory: the collected keys, then a cut's k best */
-constexpr size_t ivfpq_scan_collect_bytes(int w) { return sizeof(Key) * (kScanCollectCapacity + w); }
+constexpr size_t ivfpq_scan_collect_bytes(int w) { return sizeof(Key) * (ivfpq_scan_collect_capacity(w) + w); }
 
 /* Launch one bucket (w = 32 ... 1024); grid as documented above. */
 void launch_select_rows(int w, const SelectRowsArgs &a, int splits, cudaStream_t stream);

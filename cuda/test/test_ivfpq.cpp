@@ -269,6 +269,11 @@ TEST(IvfPq, CollectCutsLongLists) {
     compare_search(cpu, g.ix, q, {100, 2, 0, GPUIVF_CUDA_LUT_PER_LIST}, true);
     compare_search(cpu, g.ix, q, {10, 2, 200, GPUIVF_CUDA_LUT_PER_LIST}, true);
     compare_search(cpu, g.ix, q, {256, 1, 0, GPUIVF_CUDA_LUT_PER_LIST}, true);
+    /* the 512 and 1024 buckets (the re-rank depths of large indexes): cuts
+     * at 4 x W keys, and the bitonic sort of the runs a merge takes */
+    compare_search(cpu, g.ix, q, {10, 2, 800, GPUIVF_CUDA_LUT_PER_LIST}, true);
+    compare_search(cpu, g.ix, q, {600, 2, 0, GPUIVF_CUDA_LUT_PER_LIST}, true);
+    compare_search(cpu, g.ix, q, {1000, 1, 0, GPUIVF_CUDA_LUT_PER_LIST}, true);
 }
 
 // min_probes_per_block changes only how a query's probes are split over
@@ -284,7 +289,7 @@ TEST(IvfPq, ProbesPerBlockGiveTheSameResults) {
     load(cpu, true, &g);
     const std::vector<float> q = gt::clustered_vectors(64, d, 60, 92);
     for (int lut : {GPUIVF_CUDA_LUT_PER_LIST, GPUIVF_CUDA_LUT_AUTO})
-        for (int rerank : {0, 200})
+        for (int rerank : {0, 200, 800})
             for (int64_t nq : {1, 8, 64})
                 for (int host : {0, 1}) {
                     SCOPED_TRACE(::testing::Message() << "lut " << lut << " rerank " << rerank << " nq " << nq
