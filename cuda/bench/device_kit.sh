@@ -24,4 +24,4 @@ build_engine() { # BUILD_TIMEOUT seconds (0: none) bounds the compilation
 		timeout "${BUILD_TIMEOUT:-0}" cmake --build "$build" -j"$jobs" --target gpuivf_cuda_tests gpuivf_bench
 }
 
-SANITIZER_TESTS='SelectK.StrideIdsAndDeviceMemory:SelectK.NaNRanksLast:ExactKnn.TiesAndPadding:IvfPq.PerQueryKAndNprobe:IvfPq.CollectCutsLongLists:IvfPq.AppendAndRemove:IvfPq.ConflictFreeScanWidths:IvfPq.PairedScanMatchesSingleQueries:IvfPq.GpuEncodingAppend:KMeans.EmptyClustersAndFewPoints'
+SANITIZER_TESTS='SelectK.StrideIdsAndDeviceMemory:SelectK.NaNRanksLast:ExactKnn.TiesAndPadding:IvfPq.PerQueryKAndNprobe:IvfPq.CollectCutsLongLists:IvfPq.WideBlocksForLargeTables:IvfPq.AppendAndRemove:IvfPq.ConflictFreeScanWidths:IvfPq.PairedScanMatchesSingleQueries:IvfPq.GpuEncodingAppend:KMeans.EmptyClustersAndFewPoints'

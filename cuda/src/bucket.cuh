@@ -33,6 +33,12 @@ void KBucket<W>::launch_ivfpq_scan(const IvfPqScanArgs &a, size_t smem_bytes, cu
     auto kernel = a.scan8 ? ivfpq_scan8_kernel<W, kT, kScanThreads, 1> : ivfpq_scan_kernel<W, kT, kScanThreads>;
     int threads = kScanThreads;
     dim3 grid(static_cast<unsigned>(a.splits), static_cast<unsigned>(a.nq));
+    if constexpr (ivfpq_scan_collects(W)) {
+        if (a.wide_blocks && !a.scan8) {
+            kernel = ivfpq_scan_kernel<W, kT, 2 * kScanThreads>;
+            threads = 2 * kScanThreads;
+        }
+    }
     if (a.scan8_pairs) {
         kernel = ivfpq_scan8_pairs_kernel<W, kScan8PairSlots>();
         if (!kernel) throw Error(GPUIVF_CUDA_INTERNAL, "no paired scan for k-bucket %d", W);

@@ -219,9 +219,11 @@ __device__ __forceinline__ void build_list_lut(const IvfPqScanArgs &a, const flo
  * Measured alternatives (DESIGN.md): the collecting scan at 2 (96
  * registers) was slower, the WarpSelect scan at 3 for W = 128..256 the
  * same within noise. */
-template <int W>
+template <int W, int kThreads = kScanThreads>
 struct ScanMinBlocks {
-    static constexpr int value = ivfpq_scan_collects(W) ? 4 : (W <= 64 ? 4 : (W <= 256 ? 2 : 1));
+    static constexpr int at256 = ivfpq_scan_collects(W) ? 4 : (W <= 64 ? 4 : (W <= 256 ? 2 : 1));
+    /* the same registers a thread with wider blocks */
+    static constexpr int value = at256 * kScanThreads / kThreads > 0 ? at256 * kScanThreads / kThreads : 1;
 };
 
 /* Thread-queue slots per lane in the scan (shared memory is shared with the
@@ -306,7 +308,7 @@ __device__ void collect_cut(const Key *buf, int n, int k, Key *out, CollectShare
 }
 
 template <int W, int T, int kThreads>
-__global__ void __launch_bounds__(kThreads, ScanMinBlocks<W>::value) ivfpq_scan_kernel(const IvfPqScanArgs a) {
+__global__ void __launch_bounds__(kThreads, ScanMinBlocks<W, kThreads>::value) ivfpq_scan_kernel(const IvfPqScanArgs a) {
     PhaseClocks clocks; /* measurement builds only (common.cuh) */
     constexpr int kWarps = kThreads / 32;
     constexpr bool kCollect = ivfpq_scan_collects(W);

@@ -154,6 +154,7 @@ void index_search(Resources &res, Index &ix, const float *queries, int64_t nq, c
         a.m_pad = ix.m_pad;
         a.metric = static_cast<int32_t>(ix.metric);
         a.per_list_lut = per_list ? 1 : 0;
+        a.wide_blocks = !scan8 && ivfpq_scan_wide_blocks(w, smem, res.smem_optin) ? 1 : 0;
         a.scan8 = scan8 ? 1 : 0;
         a.scan8_pairs = scan8 && pairs ? 1 : 0;
         a.codebook_t = ix.codebook_t.data();

@@ -67,6 +67,10 @@ struct IvfPqScanArgs {
     int32_t m = 0, nbits = 8, dsub = 0, ksub = 256, m_pad = 0;
     int32_t metric = 1;
     int32_t per_list_lut = 0;       /* residual LUT per (query, list), CPU arithmetic */
+    /* the collecting scan with 2 x kScanThreads threads a block: set when a
+     * block's shared memory leaves room for no second block on a
+     * multiprocessor (ivfpq_scan_wide_blocks) */
+    int32_t wide_blocks = 0;
     /* 8-bit codes, decomposed tables: the conflict-free scan of
      * ivfpq_scan8.cuh, its table built from the codebook transposed to
      * [ksub][m][dsub] */
@@ -102,6 +106,14 @@ constexpr bool ivfpq_scan_collects(int w) { return w >= kScanCollectMinW && w <=
 constexpr int ivfpq_scan_collect_capacity(int w) { return w <= 256 ? 2048 : 4 * w; }
 /* its shared memory: the collected keys, then a cut's k best */
 constexpr size_t ivfpq_scan_collect_bytes(int w) { return sizeof(Key) * (ivfpq_scan_collect_capacity(w) + w); }
+
+/* Blocks that hold more than half a multiprocessor's shared memory (the
+ * per-list tables of 96 sub-quantizers: 98 KB) run alone on it, and 8 warps
+ * cannot hide the latency of the table's codebook reads and of the codes'
+ * loads: such blocks of the collecting scan get twice the threads. */
+inline bool ivfpq_scan_wide_blocks(int w, size_t smem_bytes, size_t smem_optin) {
+    return ivfpq_scan_collects(w) && 2 * smem_bytes > smem_optin;
+}
 
 /* Launch one bucket (w = 32 ... 1024); grid as documented above. */
 void launch_select_rows(int w, const SelectRowsArgs &a, int splits, cudaStream_t stream);

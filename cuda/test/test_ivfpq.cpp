@@ -276,6 +276,34 @@ TEST(IvfPq, CollectCutsLongLists) {
     compare_search(cpu, g.ix, q, {1000, 1, 0, GPUIVF_CUDA_LUT_PER_LIST}, true);
 }
 
+// Per-list tables of 96 sub-quantizers (98 KB, one block a multiprocessor):
+// the collecting scan runs with twice the threads a block
+// (ivfpq_scan_wide_blocks), for 200 and 800 candidates, one block a query's
+// probe or several probes a block, alone and in a batch: the CPU's bits.
+TEST(IvfPq, WideBlocksForLargeTables) {
+    REQUIRE_GPU();
+    const int d = 192;
+    gt::CpuIvfPq cpu;
+    cpu.train(Metric::L2, gt::clustered_vectors(6007, d, 30, 61), d, 6, 96, 8);
+    GpuIndex g;
+    load(cpu, true, &g);
+    const std::vector<float> q = gt::clustered_vectors(24, d, 30, 62);
+    const std::vector<float> q1(q.begin(), q.begin() + d);
+    for (int rerank : {200, 800}) {
+        compare_search(cpu, g.ix, q, {10, 4, rerank, GPUIVF_CUDA_LUT_PER_LIST}, true);
+        compare_search(cpu, g.ix, q1, {10, 4, rerank, GPUIVF_CUDA_LUT_PER_LIST}, true);
+    }
+    compare_search(cpu, g.ix, q, {700, 3, 0, GPUIVF_CUDA_LUT_PER_LIST}, true);
+    gpuivf_cuda_search_params p{10, 6, 800, GPUIVF_CUDA_LUT_PER_LIST, nullptr, nullptr};
+    std::vector<double> d0(24 * 10), d1(24 * 10);
+    std::vector<uint64_t> i0(24 * 10), i1(24 * 10);
+    EXPECT_GPU_OK(gpuivf_cuda_index_search(gt::gpu(), g.ix, q.data(), 24, &p, d0.data(), i0.data()));
+    p.min_probes_per_block = 3;
+    EXPECT_GPU_OK(gpuivf_cuda_index_search(gt::gpu(), g.ix, q.data(), 24, &p, d1.data(), i1.data()));
+    EXPECT_EQ(i0, i1);
+    EXPECT_EQ(0, std::memcmp(d0.data(), d1.data(), sizeof(double) * d0.size()));
+}
+
 // min_probes_per_block changes only how a query's probes are split over
 // blocks: every setting gives the same bits, with both scans, with and
 // without re-rank (200 candidates: the collecting selection), alone or in a
