@@ -323,6 +323,12 @@ typedef struct gpuivf_cuda_search_params {
                                      probes a block, fewer and longer blocks, which can give more
                                      throughput when many searches run at once on several
                                      resources objects (same results either way) */
+    int32_t block_codes_per_candidate; /* 0: off; C > 0: at least as many probes a block as keep
+                                          its codes (at the index's mean list size) within C for
+                                          each candidate it keeps (max(k, rerank_candidates)),
+                                          when that is more than min_probes_per_block: longer
+                                          blocks where each keeps many candidates (the GPU
+                                          worker's choice under load; same results either way) */
 } gpuivf_cuda_search_params;
 
 /*

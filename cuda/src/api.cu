@@ -515,6 +515,7 @@ gpuivf_cuda_status index_search_call(gpuivf_cuda_resources *res, gpuivf_cuda_ind
     GPUIVF_REQUIRE(p.lut_mode >= 0 && p.lut_mode <= 2, "unknown look-up table mode %d", p.lut_mode);
     GPUIVF_REQUIRE(p.min_probes_per_block >= 0 && p.min_probes_per_block <= GPUIVF_CUDA_MAX_NPROBE,
                    "probes a block %d is out of range 0..%d", p.min_probes_per_block, GPUIVF_CUDA_MAX_NPROBE);
+    GPUIVF_REQUIRE(p.block_codes_per_candidate >= 0, "block codes per candidate %d is negative", p.block_codes_per_candidate);
     GPUIVF_REQUIRE(nq >= 0, "invalid query count");
     if (nq == 0) return ok_status();
     GPUIVF_REQUIRE(queries && out_distances && out_ids, "search arrays must not be null");
@@ -534,6 +535,14 @@ gpuivf_cuda_status index_search_call(gpuivf_cuda_resources *res, gpuivf_cuda_ind
     sp.rerank = p.rerank_candidates;
     sp.lut_mode = p.lut_mode;
     sp.min_probes_per_block = std::max(1, p.min_probes_per_block);
+    if (p.block_codes_per_candidate > 0 && index->count > 0) {
+        /* probes whose codes stay within C a kept candidate, at the mean list size */
+        const double per_list = static_cast<double>(index->count) / index->nlist;
+        const double probes = static_cast<double>(p.block_codes_per_candidate) *
+                              std::max(p.k, p.rerank_candidates) / per_list;
+        sp.min_probes_per_block = std::max(
+            sp.min_probes_per_block, static_cast<int>(std::min<double>(probes, GPUIVF_CUDA_MAX_NPROBE)));
+    }
     if (p.query_k) {
         qk.resize(static_cast<size_t>(nq));
         copy_in(qk.data(), p.query_k);

@@ -337,6 +337,19 @@ TEST(IvfPq, ProbesPerBlockGiveTheSameResults) {
                         for (size_t i = 0; i < d1.size(); i++)
                             EXPECT_TRUE(gt::same_bits(d1[i], d0[i])) << "min_probes_per_block " << mpb << " " << i;
                     }
+                    /* probes a block from the codes a kept candidate (20,000 codes in 64
+                     * lists: 16 a candidate is 10 probes at 200 candidates, 1 at 10) */
+                    p.min_probes_per_block = 0;
+                    for (int codes : {16, 100000}) {
+                        p.block_codes_per_candidate = codes;
+                        gt::poison_nan(d1);
+                        gt::poison(i1);
+                        EXPECT_GPU_OK(
+                            gpuivf_cuda_index_search(gt::gpu(), g.ix, q.data(), nq, &p, d1.data(), i1.data()));
+                        EXPECT_EQ(i1, i0) << "block_codes_per_candidate " << codes;
+                        for (size_t i = 0; i < d1.size(); i++)
+                            EXPECT_TRUE(gt::same_bits(d1[i], d0[i])) << "block_codes_per_candidate " << codes;
+                    }
                 }
     compare_search(cpu, g.ix, q, {k, 32, 200, GPUIVF_CUDA_LUT_PER_LIST}, true);
     gpuivf_cuda_search_params p{k, 32, 0, GPUIVF_CUDA_LUT_AUTO, nullptr, nullptr};

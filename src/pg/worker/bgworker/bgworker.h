@@ -80,7 +80,7 @@ void        GpuivfWakerStop(void);
 void        GpuivfWakeBackend(Latch *latch);
 /* streams.cpp: searches, on search streams when they can */
 extern int  gpuivf_search_streams;      /* gpuivf.search_streams */
-extern int  gpuivf_busy_probes_per_block;   /* gpuivf.busy_probes_per_block */
+extern int  gpuivf_busy_codes_per_candidate;  /* gpuivf.busy_codes_per_candidate */
 void        GpuivfSearchStreamsStart(int device, int nstreams);
 bool        GpuivfServeSearchGroup(int worker, int *slotnos, int n);   /* true: answered later */
 /* the newest version of the index's rows a search group's requests saw:

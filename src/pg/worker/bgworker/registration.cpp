@@ -21,7 +21,7 @@ int         gpuivf_worker_timeout = 60000;
 int         gpuivf_request_buffer = 128;
 int         gpuivf_shards = 0;
 int         gpuivf_search_streams = 16;
-int         gpuivf_busy_probes_per_block = 8;
+int         gpuivf_busy_codes_per_candidate = 16;
 int         gpuivf_answer_spin = 150;
 char       *gpuivf_engine_library = NULL;
 
@@ -167,10 +167,10 @@ GpuivfWorkerInit(void)
                             "0 sleeps on the latch at once.  Under load an answer takes a few hundred microseconds; longer looks only use CPU.",
                             &gpuivf_answer_spin, 150, 0, 1000000, PGC_USERSET, 0,
                             NULL, NULL, NULL);
-    DefineCustomIntVariable("gpuivf.busy_probes_per_block",
-                            "Probes each GPU scan block takes at least when the GPU worker already has other searches running (0 = as few as fill the GPU).",
-                            "A search that starts on an idle GPU spreads its probes over as many blocks as fill it, the lowest latency; under load fewer, longer blocks give more queries per second.  The answers are the same.",
-                            &gpuivf_busy_probes_per_block, 8, 0, GPUIVF_CUDA_MAX_NPROBE, PGC_SIGHUP, 0,
+    DefineCustomIntVariable("gpuivf.busy_codes_per_candidate",
+                            "Under load, codes a GPU scan block may scan for each candidate it keeps (0 = one probed list a block).",
+                            "When other searches already run on the GPU, a search gives each scan block as many probed lists as keep its codes within this many per re-rank candidate: fewer, longer blocks where each keeps many candidates.  A search on an idle GPU spreads its lists over as many blocks as fill it.  The answers are the same.",
+                            &gpuivf_busy_codes_per_candidate, 16, 0, 1000000, PGC_SIGHUP, 0,
                             NULL, NULL, NULL);
     DefineCustomIntVariable("gpuivf.shards",
                             "Shards an index is split into across the GPU workers (0 = only when it does not fit one GPU, 1 = never).",

@@ -547,7 +547,7 @@ GpuivfServeSearchGroup(int worker, int *slotnos, int n)
         params.host_arrays = 1;     /* all palloc'd */
         /* fewer, longer scan blocks when other searches already fill the GPU */
         if (GpuivfSearchesInFlight() > 0)
-            params.min_probes_per_block = gpuivf_busy_probes_per_block;
+            params.block_codes_per_candidate = gpuivf_busy_codes_per_candidate;
         GpuivfAddSeconds(&GpuivfTimes.prepare, &t0);
         INSTR_TIME_SET_CURRENT(s->started);
         st = GpuivfCuda.gpuivf_cuda_index_search_async(s->res, ref.gindex, queries, nq, &params,
