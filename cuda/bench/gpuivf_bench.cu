@@ -209,6 +209,35 @@ struct Results {
     }
 };
 
+/*
+ * The GPU worker's throughput without PostgreSQL: ns resources objects (the
+ * worker's search streams) kept busy, each restarted with the next batch of
+ * b queries as soon as its search is answered, oldest first, as
+ * GpuivfFinishSearches does; start(s, seq) starts batch seq on stream s.
+ * Every stream records its graph once first.  Queries a second over about
+ * `seconds`.
+ */
+double closed_loop_qps(const std::vector<gpuivf_cuda_resources *> &streams, int ns, int64_t b, double seconds,
+                       const std::function<void(int, int64_t)> &start) {
+    for (int s = 0; s < ns; s++) {
+        start(s, s);
+        CHECK_GPU(gpuivf_cuda_search_wait(streams[s]));
+    }
+    int64_t seq = 0, answered = 0;
+    for (int s = 0; s < ns; s++) start(s, seq++);
+    const auto t0 = std::chrono::steady_clock::now();
+    double el = 0.0;
+    for (int s = 0;; s = (s + 1) % ns) {
+        CHECK_GPU(gpuivf_cuda_search_wait(streams[s]));
+        answered += b;
+        el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (el > seconds) break;
+        start(s, seq++);
+    }
+    for (int s = 0; s < ns; s++) CHECK_GPU(gpuivf_cuda_search_wait(streams[s]));
+    return answered / el;
+}
+
 __global__ void fill_half(uint16_t *x, int64_t n, uint64_t seed) {
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -300,25 +329,9 @@ void bench_worker_large(gpuivf_cuda_resources *res, bool quick, Results &R) {
             CHECK_GPU(gpuivf_cuda_index_search_async(streams[s], ix, q.data() + q0 * d, b, &sp, sd[s].data(),
                                                      si[s].data()));
         };
-        for (int s = 0; s < ns; s++) { /* every stream records its graph once */
-            start(s, s);
-            CHECK_GPU(gpuivf_cuda_search_wait(streams[s]));
-        }
-        int64_t seq = 0, answered = 0;
-        for (int s = 0; s < ns; s++) start(s, seq++);
-        const auto t0 = std::chrono::steady_clock::now();
-        double el = 0.0;
-        for (int s = 0;; s = (s + 1) % ns) {
-            CHECK_GPU(gpuivf_cuda_search_wait(streams[s]));
-            answered += b;
-            el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            if (el > 0.4) break;
-            start(s, seq++);
-        }
-        for (int s = 0; s < ns; s++) CHECK_GPU(gpuivf_cuda_search_wait(streams[s]));
         R.add("large_tput_r" + std::to_string(rr) + "_s" + std::to_string(ns) + "_b" + std::to_string(b) +
                   suffix(mpb, per_list) + "_qps",
-              answered / el);
+              closed_loop_qps(streams, ns, b, 0.4, start));
     };
     for (int rr : {200, 400, 800})
         for (int64_t b : {1, 4, 8}) latency(rr, b, 0, true);
@@ -641,12 +654,9 @@ int main(int argc, char **argv) {
             }
             CHECK_GPU(gpuivf_cuda_set_search_graphs(res, 1));
 
-            /* The GPU worker's throughput without PostgreSQL: S resources
-             * objects (the worker's search streams), each restarted with a
-             * new batch of b queries as soon as the oldest search is
-             * answered, as GpuivfFinishSearches does; queries per second
-             * over about 0.3 s.  What the GPU side can give the worker at a
-             * given batch size, and how much streams overlap. */
+            /* The GPU worker's throughput without PostgreSQL
+             * (closed_loop_qps, 0.3 s): what the GPU side can give the
+             * worker at a given batch size, and how much streams overlap. */
             std::vector<gpuivf_cuda_resources *> streams{res};
             for (int s = 1; s < 8; s++) {
                 gpuivf_cuda_resources *r2 = nullptr;
@@ -666,26 +676,9 @@ int main(int argc, char **argv) {
                     CHECK_GPU(gpuivf_cuda_index_search_async(streams[s], ix, hq.data() + q0 * d, b, &sp,
                                                              sd[s].data(), si[s].data()));
                 };
-                /* warm up: every stream records its graph once */
-                for (int s = 0; s < ns; s++) {
-                    start(s, s);
-                    CHECK_GPU(gpuivf_cuda_search_wait(streams[s]));
-                }
-                int64_t seq = 0, answered = 0;
-                for (int s = 0; s < ns; s++) start(s, seq++);
-                const auto t0 = std::chrono::steady_clock::now();
-                double el = 0.0;
-                for (int s = 0;; s = (s + 1) % ns) {
-                    CHECK_GPU(gpuivf_cuda_search_wait(streams[s]));
-                    answered += b;
-                    el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-                    if (el > 0.3) break;
-                    start(s, seq++);
-                }
-                for (int s = 0; s < ns; s++) CHECK_GPU(gpuivf_cuda_search_wait(streams[s]));
                 R.add(std::string("worker_tput_") + mode + "_s" + std::to_string(ns) + "_b" + std::to_string(b) +
                           (mpb ? "_mpb" + std::to_string(mpb) : std::string()) + "_qps",
-                      answered / el);
+                      closed_loop_qps(streams, ns, b, 0.3, start));
             };
             for (const char *mode : {"perlist", "perlist_r200", "auto_r200"})
                 for (int ns : {2, 4, 8})
