@@ -515,7 +515,8 @@ gpuivf_cuda_status index_search_call(gpuivf_cuda_resources *res, gpuivf_cuda_ind
     GPUIVF_REQUIRE(p.lut_mode >= 0 && p.lut_mode <= 2, "unknown look-up table mode %d", p.lut_mode);
     GPUIVF_REQUIRE(p.min_probes_per_block >= 0 && p.min_probes_per_block <= GPUIVF_CUDA_MAX_NPROBE,
                    "probes a block %d is out of range 0..%d", p.min_probes_per_block, GPUIVF_CUDA_MAX_NPROBE);
-    GPUIVF_REQUIRE(p.block_codes_per_candidate >= 0, "block codes per candidate %d is negative", p.block_codes_per_candidate);
+    GPUIVF_REQUIRE(p.block_codes_per_candidate >= 0, "block codes per candidate %d is negative",
+                   p.block_codes_per_candidate);
     GPUIVF_REQUIRE(nq >= 0, "invalid query count");
     if (nq == 0) return ok_status();
     GPUIVF_REQUIRE(queries && out_distances && out_ids, "search arrays must not be null");

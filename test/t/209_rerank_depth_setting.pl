@@ -60,6 +60,18 @@ is($rc, 0, 'a set depth below what the target needs: the query runs');
 like($err, qr/NOTICE:  recall target 0.990 .* is above the best recall ANALYZE measured.*re-ranking 200 candidates.*HINT:  Reset gpuivf.rerank_candidates/s,
 	'and a NOTICE says the curve it read and hints at resetting the setting')
   or diag($err);
+# the DETAIL's best recall is the best point of the curve it read (200's,
+# k 10, as gpuivf_index_info shows it, to its four decimals)
+my ($best, $at) = $err =~ /best measured recall\@10 is ([0-9.]+) at (\d+) of 50 lists/;
+my %curve = map { split /\|/ } split /\n/, $node->safe_psql('postgres', q{
+	SELECT pt->>'nprobe', pt->>'recall'
+	FROM jsonb_array_elements((gpuivf_index_info('items_idx')->'calibration'->'curves')::jsonb) c,
+	     jsonb_array_elements(c->'curve') pt
+	WHERE (c->>'k')::int = 10});
+my ($max) = sort { $b <=> $a } values %curve;
+ok(defined $best && abs($best - $max) < 0.0006 && defined $curve{$at} && $curve{$at} > $max - 0.0001,
+	"the NOTICE's best recall $best at $at probes is the curve's best ($max)")
+  or diag(join ' ', map { "$_:$curve{$_}" } sort { $a <=> $b } keys %curve);
 is(probes('SET gpuivf.rerank_candidates = 0;'), "$auto|curve", '0 is the automatic depth again');
 
 # ANALYZE under a set depth measures from it up

@@ -141,7 +141,7 @@ CurveSetFor(const GpuivfMetaPageData *meta, int depth)
 /* The curves' choice for target at k rows (search.h). */
 int
 GpuivfCurveProbes(const GpuivfMetaPageData *meta, int k, double target, int depth,
-                  int *curve_depth, bool *reached)
+                  int *curve_depth, double *curve_recall, bool *reached)
 {
     int         n = Min((int) meta->calib_npoints, GPUIVF_CURVE_POINTS);
     int         nd = GpuivfCalibDepthCount(meta);
@@ -151,12 +151,14 @@ GpuivfCurveProbes(const GpuivfMetaPageData *meta, int k, double target, int dept
     int         met_d = -1;
     int         met_j = -1;
     double      met_cost = 0;
+    double      met_recall = 0;
     int         best_d = -1;
     int         best_j = -1;
     double      best_recall = -1;
 
     *reached = false;
     *curve_depth = 0;
+    *curve_recall = 0;
     if (!GpuivfMetaIsTrained(meta) || nd == 0 || n == 0)
         return 0;
     CurvesFor(meta, k > 0 ? k : GPUIVF_CALIBRATION_K, &lo, &hi);
@@ -186,6 +188,7 @@ GpuivfCurveProbes(const GpuivfMetaPageData *meta, int k, double target, int dept
                     met_d = d;
                     met_j = j;
                     met_cost = cost;
+                    met_recall = recall;
                 }
                 break;
             }
@@ -203,41 +206,11 @@ GpuivfCurveProbes(const GpuivfMetaPageData *meta, int k, double target, int dept
         *reached = true;
         best_d = met_d;
         best_j = met_j;
+        best_recall = met_recall;
     }
     *curve_depth = GpuivfCalibDepthAt(meta, best_d);
+    *curve_recall = best_recall;
     return (int) Min(Max(meta->calib_nprobe[best_j], (uint32) 1), meta->lists);
-}
-
-/* The best recall@k the curves promise (of the set at or below depth when
- * depth > 0), and *at_depth the depth that has it: what a target above it
- * gets. */
-static double
-CurveBestRecall(const GpuivfMetaPageData *meta, int k, int depth, int *at_depth)
-{
-    double      best = 0;
-    int         nd = GpuivfCalibDepthCount(meta);
-    int         first = depth > 0 ? CurveSetFor(meta, depth) : 0;
-    int         lo;
-    int         hi;
-
-    *at_depth = 0;
-    CurvesFor(meta, k > 0 ? k : GPUIVF_CALIBRATION_K, &lo, &hi);
-    if (depth > 0)
-        nd = Min(nd, first + 1);
-    for (int d = first; lo >= 0 && d < nd; d++)
-        for (int j = 0; j < Min((int) meta->calib_npoints, GPUIVF_CURVE_POINTS); j++)
-        {
-            double      recall;
-            double      bound;
-
-            PointRecall(meta, d, lo, hi, j, &recall, &bound);
-            if (recall > best)
-            {
-                best = recall;
-                *at_depth = GpuivfCalibDepthAt(meta, d);
-            }
-        }
-    return best;
 }
 
 /* Indexes (train_id, measurement) this backend has said "target not
@@ -283,12 +256,11 @@ NoticeTargetNotReached(Relation index, const GpuivfMetaPageData *meta, int k,
                        const GpuivfProbeChoice *choice, int nprobe)
 {
     int         depth_set = gpuivf_rerank_candidates;
-    int         at_depth;
-    double      best;
+    int         at_depth = choice->curve_depth;
+    double      best = choice->curve_recall;    /* the best point's: target not reached */
 
     if (!FirstWarning(meta))
         return;
-    best = CurveBestRecall(meta, k, depth_set, &at_depth);
     ereport(NOTICE,
             (errmsg("recall target %.3f of index \"%s\" (%s) is above the best recall ANALYZE measured",
                     choice->target, RelationGetRelationName(index),
@@ -314,7 +286,6 @@ GpuivfChooseProbes(Relation index, const GpuivfMetaPageData *meta, int k, double
 {
     int         lists = (int) meta->lists;
     int         nprobe;
-    int         curve_depth;
 
     memset(choice, 0, sizeof(*choice));
     choice->target = GpuivfTargetRecall(index, &choice->target_source);
@@ -329,12 +300,13 @@ GpuivfChooseProbes(Relation index, const GpuivfMetaPageData *meta, int k, double
         return;                 /* nprobe 0: the exact scan */
     }
     choice->curve_nprobe = GpuivfCurveProbes(meta, k, choice->target, gpuivf_rerank_candidates,
-                                             &curve_depth, &choice->target_reached);
+                                             &choice->curve_depth, &choice->curve_recall,
+                                             &choice->target_reached);
     /* the depth of the curves' choice (also under gpuivf.probes: the depth
      * the target needs); one measured depth is the default's */
     if (choice->curve_nprobe > 0 && gpuivf_rerank_candidates <= 0 && GpuivfMetaReranks(meta))
     {
-        choice->depth = curve_depth;
+        choice->depth = choice->curve_depth;
         choice->depth_source = GpuivfCalibDepthCount(meta) > 1 ? GPUIVF_DEPTH_CURVE
             : GPUIVF_DEPTH_DEFAULT;
     }

@@ -35,6 +35,8 @@ typedef struct GpuivfProbeChoice
     int         target_source;  /* GPUIVF_TARGET_*: the index option or the setting */
     int         curve_nprobe;   /* the curve's choice for target; 0: no curve */
     bool        target_reached; /* the curve meets target at curve_nprobe */
+    int         curve_depth;    /* the re-rank depth of the curves' choice */
+    double      curve_recall;   /* its measured recall (not reached: the best) */
     int         depth;          /* re-rank depth: candidates for up to 10 rows
                                  * (GpuivfRerankCount(depth, k) for k rows) */
     int         depth_source;   /* GPUIVF_DEPTH_* */
@@ -62,13 +64,14 @@ void        GpuivfChooseProbes(Relation index, const GpuivfMetaPageData *meta, i
  * at or below it, or the shallowest), the (depth, nprobe) of least
  * GpuivfSearchCost whose point meets target with 95% confidence (recall -
  * 1.645 standard errors >= target; *reached = true), else the point with
- * the best recall (*reached = false); returns its nprobe, 0 when the
- * metapage has no curve, and its depth in *curve_depth.  Curves are
+ * the best recall (*reached = false; on a tie the shallower depth, the
+ * fewer probes); returns its nprobe, 0 when the metapage has no curve, its
+ * depth in *curve_depth and its measured recall in *curve_recall.  Curves are
  * measured at a few k (calib_k: 1, 10, 100); a k between two of them reads
  * the lower of their two values at each point, a k above the largest reads
  * the largest's curve. */
 int         GpuivfCurveProbes(const GpuivfMetaPageData *meta, int k, double target, int depth,
-                              int *curve_depth, bool *reached);
+                              int *curve_depth, double *curve_recall, bool *reached);
 /* The cost model of the choice: what a query of k rows probing nprobe
  * lists at a re-rank depth costs, in one unit (probes.cpp says why). */
 double      GpuivfSearchCost(const GpuivfMetaPageData *meta, int k, int nprobe, int depth);
