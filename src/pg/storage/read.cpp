@@ -38,19 +38,20 @@ ReportBadPage(Relation index, BlockNumber blkno, uint16 expected)
 }
 
 /*
- * Copies a raw array (centroids, codebooks, directory) out of npages
- * consecutive pages of page_type, one share lock at a time, reading each
- * page through read_page (ReadBuffer for a backend; the GPU worker, which
- * has no Relation, reads by relfilenode).  Returns InvalidBlockNumber, or
- * the first block that is not such a page holding its part of the array
- * (start + npages when the pages end too early): the caller raises its
- * corruption error.  No buffer is locked or pinned on return.
+ * The page loop of the raw readers: an array of `bytes` spread over npages
+ * consecutive pages of page_type in page-sized chunks, read one share lock
+ * at a time through read_page (ReadBuffer for a backend; the GPU worker,
+ * which has no Relation, reads by relfilenode); visit(contents, chunk, page)
+ * sees each page's part while it is locked.  Returns InvalidBlockNumber, or
+ * the first block that is not such a page holding its part (start + npages
+ * when the pages end too early): the caller raises its corruption error.
+ * No buffer is locked or pinned on return.
  */
-BlockNumber
-GpuivfCopyRawPages(GpuivfReadPageFn read_page, const void *arg, BlockNumber start,
-                   uint32 npages, uint16 page_type, void *data, Size bytes)
+template <typename Visit>
+static BlockNumber
+VisitRawPages(GpuivfReadPageFn read_page, const void *arg, BlockNumber start, uint32 npages,
+              uint16 page_type, Size bytes, Visit visit)
 {
-    char       *out = (char *) data;
     Size        left = bytes;
 
     for (uint32 i = 0; i < npages && left > 0; i++)
@@ -68,12 +69,27 @@ GpuivfCopyRawPages(GpuivfReadPageFn read_page, const void *arg, BlockNumber star
             UnlockReleaseBuffer(buf);
             return blkno;
         }
-        memcpy(out, PageGetContents(page), chunk);
+        visit((const char *) PageGetContents(page), chunk, page);
         UnlockReleaseBuffer(buf);
-        out += chunk;
         left -= chunk;
     }
     return left > 0 ? start + npages : InvalidBlockNumber;
+}
+
+/* Copies a raw array (centroids, codebooks, directory) out of npages
+ * consecutive pages of page_type (VisitRawPages says how and what it
+ * returns). */
+BlockNumber
+GpuivfCopyRawPages(GpuivfReadPageFn read_page, const void *arg, BlockNumber start,
+                   uint32 npages, uint16 page_type, void *data, Size bytes)
+{
+    char       *out = (char *) data;
+
+    return VisitRawPages(read_page, arg, start, npages, page_type, bytes,
+                         [&](const char *contents, Size chunk, Page) {
+                             memcpy(out, contents, chunk);
+                             out += chunk;
+                         });
 }
 
 static Buffer
@@ -144,35 +160,17 @@ BlockNumber
 GpuivfCopyDirRows(GpuivfReadPageFn read_page, const void *arg, const GpuivfMetaPageData *meta,
                   uint64 *rows, XLogRecPtr *lsn)
 {
-    uint32      left = meta->lists;
-
     *rows = 0;
     *lsn = InvalidXLogRecPtr;
-    for (uint32 i = 0; i < meta->directory_pages && left > 0; i++)
-    {
-        BlockNumber blkno = meta->directory_start + i;
-        Buffer      buf = read_page(arg, blkno);
-        uint32      n = Min(left, (uint32) GPUIVF_DIR_ENTRIES_PER_PAGE);
-        const GpuivfListDirEntry *dir;
-        Page        page;
+    return VisitRawPages(read_page, arg, meta->directory_start, meta->directory_pages,
+                         GPUIVF_PAGE_DIRECTORY, (Size) meta->lists * sizeof(GpuivfListDirEntry),
+                         [&](const char *contents, Size chunk, Page page) {
+                             const GpuivfListDirEntry *dir = (const GpuivfListDirEntry *) contents;
 
-        LockBuffer(buf, BUFFER_LOCK_SHARE);
-        page = BufferGetPage(buf);
-        if (!GpuivfPageIsType(page, GPUIVF_PAGE_DIRECTORY) ||
-            ((PageHeader) page)->pd_lower < MAXALIGN(SizeOfPageHeaderData) +
-            n * sizeof(GpuivfListDirEntry))
-        {
-            UnlockReleaseBuffer(buf);
-            return blkno;
-        }
-        dir = (const GpuivfListDirEntry *) PageGetContents(page);
-        for (uint32 j = 0; j < n; j++)
-            *rows += dir[j].count;
-        *lsn = Max(*lsn, PageGetLSN(page));
-        UnlockReleaseBuffer(buf);
-        left -= n;
-    }
-    return left > 0 ? meta->directory_start + meta->directory_pages : InvalidBlockNumber;
+                             for (Size j = 0; j < chunk / sizeof(GpuivfListDirEntry); j++)
+                                 *rows += dir[j].count;
+                             *lsn = Max(*lsn, PageGetLSN(page));
+                         });
 }
 
 /* See storage.h. */
