@@ -115,13 +115,6 @@ start_server pg "$PORT" "listen_addresses = ''" "shared_preload_libraries = 'gpu
 	"max_worker_processes = 40" "max_parallel_workers = 32" "max_parallel_maintenance_workers = $WORKERS" "${wal[@]}"
 sleep 2
 if [ "$TYPE" = 'real[]' ]; then sql "CREATE EXTENSION gpuivf;"; else sql "CREATE EXTENSION gpuivf_vector CASCADE;"; fi
-# up to 30 s for a GPU worker to be ready (at start, and after a restart)
-wait_worker_ready() {
-	for _ in $(seq 1 60); do
-		[ "$(sql "SELECT count(*) FROM gpuivf_stat WHERE state = 'ready'")" -gt 0 ] && break
-		sleep 0.5
-	done
-}
 wait_worker_ready
 say "worker: $(sql "SELECT string_agg(state || ' ' || coalesce(device_name, '') || ' ' || coalesce(message, ''), '; ') FROM gpuivf_stat")"
 
@@ -305,10 +298,6 @@ worker_times() {
 # worker's time breakdown; the settings are reset after each entry.
 SWEEP=${SWEEP:-}
 SWEEP_CLIENTS=${SWEEP_CLIENTS:-64}
-restart_pg() {
-	as_pg "pg_ctl -D $W/pg/data -l $W/pg/server.log -w -m fast restart >/dev/null" || return 1
-	wait_worker_ready
-}
 for entry in $SWEEP; do
 	[ "$(left)" -lt $((BENCH_S * $(echo $SWEEP_CLIENTS | wc -w) + 40)) ] && { say "3a. SKIPPED $entry: out of time"; continue; }
 	target=${TARGETS%% *}
@@ -321,7 +310,7 @@ for entry in $SWEEP; do
 		done
 	fi
 	sql "$sets" >/dev/null
-	restart_pg
+	restart_server pg
 	set_t="SET gpuivf.device = gpu; SET gpuivf.target_recall = $target;"
 	probes=$(sql "LOAD 'gpuivf'; $set_t SELECT format('%s (re-rank %s)', p->>'in_use', coalesce(p->>'rerank_candidates', '-')) FROM (SELECT gpuivf_index_info('items_gpuivf') -> 'probes' AS p) s")
 	r=$(recall "$set_t")
@@ -336,7 +325,7 @@ for entry in $SWEEP; do
 	for n in "${names[@]}"; do sets="$sets ALTER SYSTEM RESET gpuivf.$n;"; done
 	sql "$sets" >/dev/null
 done
-[ -n "$SWEEP" ] && restart_pg
+[ -n "$SWEEP" ] && restart_server pg
 
 # ------------------------------- 3b. an index twice the GPU memory limit
 HOST="not run"

@@ -50,6 +50,13 @@
 #   knn_script TABLE       a pgbench script: the 10 nearest rows of TABLE to
 #                          a random one of the queries
 #   md_rows FILE           "a|b|c" lines as markdown table rows
+#   wait_worker_ready      up to 30 s for a GPU worker of the server on
+#                          PORT to be ready (after a start or a restart)
+#   restart_server NAME [VAR=VALUE]
+#                          restarts the server in $W/NAME (VAR exported to
+#                          its postmaster first: a setting read at start,
+#                          or the CPU stand-in's GPUIVF_FAKE_INSTANT), then
+#                          wait_worker_ready
 #   stop_servers           stops every server under $W
 #   say TEXT               a timestamped progress line
 # Variables: W (work folder, default /tmp/gpuivf-cluster), PORT (5432),
@@ -185,6 +192,18 @@ knn_script() {
 
 # a file of "a|b|c" lines as the rows of a markdown table
 md_rows() { awk -F'|' '{ s = "|"; for (i = 1; i <= NF; i++) s = s " " $i " |"; print s }' "$1"; }
+
+wait_worker_ready() {
+	for _ in $(seq 1 60); do
+		[ "$(sql "SELECT count(*) FROM gpuivf_stat WHERE state = 'ready'")" -gt 0 ] && break
+		sleep 0.5
+	done
+}
+
+restart_server() {
+	as_pg "${2:+export $2; }pg_ctl -D $W/$1/data -l $W/$1/server.log -w -m fast restart >/dev/null" || return 1
+	wait_worker_ready
+}
 
 stop_servers() {
 	local d

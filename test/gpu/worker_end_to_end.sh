@@ -347,13 +347,6 @@ if [ -n "${AB:-}" ]; then
 	done
 fi
 
-# Restart the cluster (after ALTER SYSTEM of a postmaster setting); $1, if
-# given, is exported to the postmaster first (e.g. GPUIVF_FAKE_INSTANT=1).
-restart_pg() {
-	as_pg "${1:+export $1; }pg_ctl -D $W/pg/data -m fast -w restart -l $W/pg/server.log >/dev/null"
-	sleep 2
-}
-
 # After a restart: one GPU query, so that the worker loads the index before
 # a timed row.
 warm_gpu() {
@@ -366,14 +359,14 @@ warm_gpu() {
 # "a b a b" alternates.
 for set in ${SWEEP:-}; do
 	sql "ALTER SYSTEM SET ${set%%=*} = '${set#*=}'" >/dev/null
-	restart_pg
+	restart_server pg
 	warm_gpu
 	for c in ${SWEEP_CLIENTS:-64}; do
 		knn_row "gpu_${set#gpuivf.}" "$c" "-c gpuivf.device=gpu"
 	done
 	sql "ALTER SYSTEM RESET ${set%%=*}" >/dev/null
 done
-[ -n "${SWEEP:-}" ] && restart_pg
+[ -n "${SWEEP:-}" ] && restart_server pg
 
 # INSTANT_ENGINE=path of the CPU stand-in (make fake-gpu-engine): the
 # 64-client row with the worker running it with GPUIVF_FAKE_INSTANT, i.e. a
@@ -384,11 +377,11 @@ done
 if [ -n "${INSTANT_ENGINE:-}" ]; then
 	cp "$INSTANT_ENGINE" "$W/instant_engine.so" && chown "$PGUSER_OS" "$W/instant_engine.so"
 	sql "ALTER SYSTEM SET gpuivf.engine_library = '$W/instant_engine.so'" >/dev/null
-	restart_pg GPUIVF_FAKE_INSTANT=1
+	restart_server pg GPUIVF_FAKE_INSTANT=1
 	warm_gpu
 	knn_row instant 64 "-c gpuivf.device=gpu"
 	sql "ALTER SYSTEM RESET gpuivf.engine_library" >/dev/null
-	restart_pg
+	restart_server pg
 	warm_gpu
 fi
 
