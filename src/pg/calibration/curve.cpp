@@ -87,7 +87,6 @@ SweepPoints(int lists, int reach, bool rerank, uint32 *points)
     return n;
 }
 
-
 static int
 CompareTruthRank(const void *a, const void *b)
 {

@@ -158,4 +158,3 @@ GpuivfCalibrationSearchesOnGpu(Relation index, const GpuivfMetaPageData *meta)
 {
     return gpuivf_analyze_sample > 0 && SweepViaSearch(index, meta);
 }
-

@@ -168,7 +168,7 @@ GpuivfWorkerInit(void)
                             &gpuivf_answer_spin, 150, 0, 1000000, PGC_USERSET, 0,
                             NULL, NULL, NULL);
     DefineCustomIntVariable("gpuivf.busy_codes_per_candidate",
-                            "Under load, codes a GPU scan block may scan for each candidate it keeps (0 = one probed list a block).",
+                            "Under load, codes a GPU scan block may scan for each candidate it keeps (0 = off: lists spread as on an idle GPU).",
                             "When other searches already run on the GPU, a search gives each scan block as many probed lists as keep its codes within this many per re-rank candidate: fewer, longer blocks where each keeps many candidates.  A search on an idle GPU spreads its lists over as many blocks as fill it.  The answers are the same.",
                             &gpuivf_busy_codes_per_candidate, 16, 0, 1000000, PGC_SIGHUP, 0,
                             NULL, NULL, NULL);
